@@ -1,0 +1,5 @@
+import sys
+
+from nczmap.cli import main
+
+sys.exit(main())

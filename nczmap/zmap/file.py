@@ -1,0 +1,203 @@
+"""The ``file`` driver: a directory tree laid out exactly as netcdf-c's ``zmap_file.c`` lays it out.
+
+Unlike netcdf-c: every write is atomic (temporary file in the same directory, then rename) so an overwrite
+never leaves a stale tail (netcdf-c bug 1), creating over a directory that is not a Zarr store refuses
+(bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import shutil
+import stat
+
+from nczmap.errors import (
+    DatasetExists,
+    DatasetNotFound,
+    EmptyError,
+    KeyConflictError,
+    StorageError,
+    from_os_error,
+)
+from nczmap.url import ParsedURL
+from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_valid_key, sort_names
+from nczmap.zmap.osutil import remove_if_present
+
+_EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+
+
+class FileMap(ZMap):
+    driver = "file"
+
+    def __init__(self, url: ParsedURL, mode: str) -> None:
+        super().__init__(url, mode)
+        self.root = url.path
+        self._open_root()
+
+    # ----------------------------------------------------------------- opening
+    def _open_root(self) -> None:
+        kind = _path_kind(self.root)
+        if self.mode == "w":
+            self._prepare_create(kind)
+        elif kind == "missing":
+            if self.mode != "a":
+                raise DatasetNotFound(f"no dataset at {self.root!r} (file driver)")
+            self._makedirs(self.root)
+        elif kind != "dir":
+            raise StorageError(
+                f"{self.root!r} is a file, not a directory: the file driver needs a "
+                "directory (use mode=zip for a zip archive)"
+            )
+
+    def _prepare_create(self, kind: str) -> None:
+        if kind == "missing":
+            self._makedirs(self.root)
+        elif kind != "dir":
+            raise DatasetExists(f"refusing to create a dataset over the file {self.root!r}")
+        else:
+            entries = os.listdir(self.root)
+            if entries and not any(marker in entries for marker in STORE_MARKERS):
+                raise DatasetExists(
+                    f"refusing to create a dataset in {self.root!r}: the directory is not empty and holds "
+                    "no Zarr/NCZarr store (no .zgroup, .zarray, .zattrs, .zmetadata, .nczarr, zarr.json)"
+                )
+            self._truncate()
+
+    def _makedirs(self, path: str) -> None:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except FileExistsError as exc:
+            raise KeyConflictError(f"cannot create directory {path!r}: a file is in the way") from exc
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot create directory {path!r}") from exc
+
+    # ----------------------------------------------------------------- primitives
+    def _path(self, key: str) -> str:
+        return self.root if key == ROOT else self.root + key
+
+    def _stat(self, key: str) -> os.stat_result | None:
+        try:
+            st = os.stat(self._path(key))
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
+                return None
+            raise from_os_error(exc, f"cannot stat {key!r} in {self.root!r}") from exc
+        return st if stat.S_ISREG(st.st_mode) else None
+
+    def _exists(self, key: str) -> bool:
+        return self._stat(key) is not None
+
+    def _len(self, key: str) -> int:
+        st = self._stat(key)
+        if st is None:
+            raise EmptyError(key, self.root)
+        return st.st_size
+
+    def _read(self, key: str, start: int, count: int | None) -> bytes:
+        try:
+            with open(self._path(key), "rb") as handle:
+                if start:
+                    handle.seek(start)
+                return handle.read() if count is None else handle.read(count)
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS:
+                raise EmptyError(key, self.root) from None
+            raise from_os_error(exc, f"cannot read {key!r} in {self.root!r}") from exc
+
+    def _write(self, key: str, data: memoryview) -> None:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        self._ensure_parent(key, directory)
+        if os.path.isdir(path):
+            raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: it is a directory")
+        temp = os.path.join(directory, f"{TEMP_PREFIX}{secrets.token_hex(8)}")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(temp, path)
+        except BaseException as exc:
+            remove_if_present(temp)
+            if isinstance(exc, OSError):
+                raise from_os_error(exc, f"cannot write {key!r} in {self.root!r}") from exc
+            raise
+
+    def _ensure_parent(self, key: str, directory: str) -> None:
+        if os.path.isdir(directory):
+            return
+        for ancestor in reversed(ancestors(key)):
+            if os.path.isfile(self._path(ancestor)):
+                raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: {ancestor!r} is an object")
+        self._makedirs(directory)
+
+    def _search(self, prefix: str) -> list[str]:
+        try:
+            with os.scandir(self._path(prefix)) as entries:
+                names = [entry.name for entry in entries if _is_listed(entry.name)]
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
+                return []
+            raise from_os_error(exc, f"cannot list {prefix!r} in {self.root!r}") from exc
+        return sort_names(names)
+
+    def _delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS:
+                return
+            raise from_os_error(exc, f"cannot delete {key!r} in {self.root!r}") from exc
+        self._prune(key)
+
+    def _prune(self, key: str) -> None:
+        for ancestor in ancestors(key):
+            if ancestor == ROOT:
+                return
+            try:
+                os.rmdir(self._path(ancestor))
+            except OSError:
+                return
+
+    def _truncate(self) -> None:
+        try:
+            with os.scandir(self.root) as entries:
+                for entry in list(entries):
+                    _remove_entry(entry)
+        except FileNotFoundError:
+            self._makedirs(self.root)
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot truncate {self.root!r}") from exc
+
+    def _close(self, delete: bool) -> None:
+        if delete:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _path_kind(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open dataset {path!r}") from exc
+    return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _is_listed(name: str) -> bool:
+    return not name.startswith(TEMP_PREFIX) and is_valid_key(name)
+
+
+def _remove_entry(entry: os.DirEntry) -> None:
+    if entry.is_dir(follow_symlinks=False):
+        shutil.rmtree(entry.path)
+    else:
+        os.unlink(entry.path)

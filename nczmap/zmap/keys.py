@@ -1,0 +1,89 @@
+"""zmap key syntax: ``'/' | ('/' segment)+`` with no ``.``/``..``/empty segments and no control characters.
+
+Every driver goes through these functions, so no key can name anything outside the dataset root.
+"""
+
+from __future__ import annotations
+
+import re
+
+from nczmap.errors import KeyNameError
+
+ROOT = "/"
+# Drivers stage writes in files with this prefix; such names are never keys and never listed.
+TEMP_PREFIX = ".nczmap-tmp-"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _check_segment(key: str, segment: str) -> None:
+    if segment in ("", ".", ".."):
+        raise KeyNameError(f"illegal key {key!r}: empty, '.' or '..' segment")
+    if segment.startswith(TEMP_PREFIX):
+        raise KeyNameError(f"illegal key {key!r}: names starting with {TEMP_PREFIX!r} are reserved")
+
+
+def _check_text(key: object) -> str:
+    if not isinstance(key, str):
+        raise KeyNameError(f"a zmap key must be a str, not {type(key).__name__}: {key!r}")
+    if _CONTROL.search(key):
+        raise KeyNameError(f"illegal key {key!r}: NUL or control character")
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise KeyNameError(f"illegal key {key!r}: not encodable as UTF-8") from exc
+    return key
+
+
+def normalize_key(key: str) -> str:
+    """Return the canonical form of an object key (leading ``/``, no trailing ``/``); ``/`` is the root."""
+    _check_text(key)
+    if key in ("", ROOT):
+        return ROOT
+    body = key[1:] if key.startswith("/") else key
+    for segment in body.split("/"):
+        _check_segment(key, segment)
+    return "/" + body
+
+
+def normalize_prefix(prefix: str) -> str:
+    """Like :func:`normalize_key`, but a single trailing ``/`` is accepted (``/a/`` is ``/a``)."""
+    _check_text(prefix)
+    if len(prefix) > 1 and prefix.endswith("/"):
+        prefix = prefix[:-1]
+    return normalize_key(prefix)
+
+
+def is_valid_key(key: str) -> bool:
+    try:
+        normalize_key(key)
+    except KeyNameError:
+        return False
+    return True
+
+
+def segments(key: str) -> list[str]:
+    """The segments of a normalised key; ``[]`` for the root."""
+    return [] if key == ROOT else key[1:].split("/")
+
+
+def join(prefix: str, name: str) -> str:
+    return prefix + name if prefix == ROOT else f"{prefix}/{name}"
+
+
+def parent_and_name(key: str) -> tuple[str, str]:
+    head, _, name = key.rpartition("/")
+    return (head or ROOT), name
+
+
+def ancestors(key: str) -> list[str]:
+    """Every proper ancestor of a normalised key, nearest first, ending with the root."""
+    result = []
+    while key != ROOT:
+        key, _ = parent_and_name(key)
+        result.append(key)
+    return result
+
+
+def sort_names(names) -> list[str]:
+    """Bytewise ascending order of the UTF-8 names (code-point order is the same order)."""
+    return sorted(names)

@@ -1,0 +1,358 @@
+"""The ``zip`` driver: a dataset inside a zip archive, read with the stdlib ``zipfile`` through fsspec.
+
+Layout (netcdf-c ``zmap_zip.c``): every entry lives under one top-level folder named after the dataset
+(``/x/ds.zip`` -> ``ds/``), with explicit directory entries; zips of a directory (``zip -r x.zip x.file``)
+have the same shape. zarr-python ``ZipStore`` zips keep their entries at the root; both are read.
+
+Unlike every peer, overwriting or deleting never leaves duplicate members: writes are staged in an
+anonymous temporary file and the archive is rewritten at ``close`` into a temporary file that replaces the
+old one by rename, so an interrupted session leaves the previous archive intact and readable.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import warnings
+import zipfile
+import zlib
+from typing import IO, NamedTuple
+
+from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, StorageError, from_os_error
+from nczmap.url import ParsedURL
+from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap.index import KeyIndex
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_valid_key
+from nczmap.zmap.memory import check_leaf
+from nczmap.zmap.osutil import remove_if_present
+
+# Root objects that make a top-level folder look like a whole dataset (netcdf-c layout).
+_GROUP_MARKERS = (".zgroup", ".zmetadata", ".nczarr", "zarr.json")
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+_COPY_BLOCK = 1 << 20
+
+
+class Staged(NamedTuple):
+    """An object written in this session: ``size`` bytes at ``offset`` in the staging file."""
+
+    offset: int
+    size: int
+
+
+class ZipMap(ZMap):
+    driver = "zip"
+
+    def __init__(self, url: ParsedURL, mode: str) -> None:
+        super().__init__(url, mode)
+        self.path = url.path
+        self.prefix = url.dataset_name + "/"
+        self.skipped: list[str] = []  # entry names that are not legal keys (never read)
+        self._members: dict[str, zipfile.ZipInfo | Staged] = {}
+        self._index = KeyIndex()
+        self._data_offsets: dict[str, int] = {}
+        self._filesystem = None
+        self._archive: zipfile.ZipFile | None = None
+        self._fd: int | None = None
+        self._stage: IO[bytes] | None = None
+        self._stage_lock = threading.Lock()
+        self._dirty = mode == "w"
+        self._open_archive()
+
+    # ----------------------------------------------------------------- opening
+    def _open_archive(self) -> None:
+        exists = os.path.lexists(self.path)
+        if not exists and self.mode in ("r", "r+"):
+            raise DatasetNotFound(f"no zip archive at {self.path!r}")
+        if not exists:
+            self._dirty = True
+            return
+        if os.path.isdir(self.path):
+            raise DatasetExists(f"{self.path!r} is a directory, not a zip archive (use mode=file)")
+        if self.mode == "w":
+            self._check_clobber()
+            return
+        self._load(_open_zip(self.path))
+
+    def _check_clobber(self) -> None:
+        try:
+            filesystem = _open_zip(self.path)
+        except StorageError as exc:
+            raise DatasetExists(f"refusing to overwrite {self.path!r}: not a zip archive") from exc
+        try:
+            infos = filesystem.zip.infolist()
+        finally:
+            _close_zip(filesystem)
+        prefix = find_layout([info.filename for info in infos], self.url.dataset_name)
+        names = {info.filename for info in infos}
+        if infos and not any(prefix + marker in names for marker in STORE_MARKERS):
+            raise DatasetExists(f"refusing to overwrite {self.path!r}: the zip holds no Zarr/NCZarr store")
+
+    def _load(self, filesystem) -> None:
+        self._filesystem = filesystem
+        self._archive = filesystem.zip
+        infos = self._archive.infolist()
+        self.prefix = find_layout([info.filename for info in infos], self.url.dataset_name)
+        for info in infos:
+            self._add_entry(info)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY)
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot open {self.path!r}") from exc
+
+    def _add_entry(self, info: zipfile.ZipInfo) -> None:
+        name = info.filename
+        if not name.startswith(self.prefix) or name == self.prefix:
+            return
+        relative = name[len(self.prefix) :]
+        is_dir = relative.endswith("/")
+        key = "/" + (relative[:-1] if is_dir else relative)
+        if not is_valid_key(key):
+            self.skipped.append(name)
+        elif is_dir:
+            self._index.add_directory(key)
+        else:
+            self._members[key] = info  # a later duplicate member wins, as in every zip reader
+            self._index.add(key)
+
+    # ----------------------------------------------------------------- primitives
+    def _exists(self, key: str) -> bool:
+        return key in self._members
+
+    def _member(self, key: str) -> zipfile.ZipInfo | Staged:
+        try:
+            return self._members[key]
+        except KeyError:
+            raise EmptyError(key, self.location) from None
+
+    def _len(self, key: str) -> int:
+        member = self._member(key)
+        return member.size if isinstance(member, Staged) else member.file_size
+
+    def _read(self, key: str, start: int, count: int | None) -> bytes:
+        member = self._member(key)
+        if isinstance(member, Staged):
+            return self._read_staged(member, start, count)
+        if member.compress_type == zipfile.ZIP_STORED and not member.flag_bits & 0x1:
+            return self._read_stored(key, member, start, count)
+        return self._read_compressed(key, member, start, count)
+
+    def _read_staged(self, member: Staged, start: int, count: int | None) -> bytes:
+        available = max(0, member.size - start)
+        length = available if count is None else min(count, available)
+        return _pread_exact(self._stage.fileno(), length, member.offset + start, "staging file")
+
+    def _read_stored(self, key: str, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
+        available = max(0, info.file_size - start)
+        length = available if count is None else min(count, available)
+        if not length:
+            return b""
+        data = _pread_exact(self._fd, length, self._data_offset(key, info) + start, self.path)
+        if length == info.file_size and zlib.crc32(data) != info.CRC:
+            raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: CRC mismatch")
+        return data
+
+    def _data_offset(self, key: str, info: zipfile.ZipInfo) -> int:
+        offset = self._data_offsets.get(key)
+        if offset is None:
+            header = _pread_exact(self._fd, _LOCAL_HEADER.size, info.header_offset, self.path)
+            signature, name_length, extra_length = _LOCAL_HEADER.unpack(header)
+            if signature != b"PK\x03\x04":
+                raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: bad local header")
+            offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+            self._data_offsets[key] = offset
+        return offset
+
+    def _read_compressed(self, key: str, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
+        try:
+            with self._archive.open(info) as member:
+                if start:
+                    member.seek(start)
+                return member.read() if count is None else member.read(count)
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
+            raise StorageError(f"cannot read member {info.filename!r} of {self.path!r}: {exc}") from exc
+
+    def _write(self, key: str, data: memoryview) -> None:
+        check_leaf(self._index, self._members, key, self.location)
+        with self._stage_lock:
+            stage = self._staging_file()
+            offset = stage.seek(0, os.SEEK_END)
+            stage.write(data)
+        self._members[key] = Staged(offset, len(data))
+        self._index.add(key)
+        self._dirty = True
+
+    def _staging_file(self) -> IO[bytes]:
+        if self._stage is None:
+            directory = os.path.dirname(self.path)
+            try:
+                os.makedirs(directory, exist_ok=True)
+                # lives until close, hence no context manager; anonymous, so a crash leaves nothing
+                self._stage = tempfile.TemporaryFile(dir=directory, prefix=TEMP_PREFIX, buffering=0)  # noqa: SIM115
+            except OSError as exc:
+                raise from_os_error(exc, f"cannot stage writes next to {self.path!r}") from exc
+        return self._stage
+
+    def _search(self, prefix: str) -> list[str]:
+        return self._index.children(prefix)
+
+    def _delete(self, key: str) -> None:
+        removed = self._index.remove(key, self._members.__contains__)
+        for node in removed:
+            self._members.pop(node, None)
+        self._dirty = self._dirty or bool(removed)
+
+    def _truncate(self) -> None:
+        self._members.clear()
+        self._index = KeyIndex()
+        self._dirty = True
+
+    def _close(self, delete: bool) -> None:
+        try:
+            if delete:
+                self._release()
+                remove_if_present(self.path)
+            elif self._dirty:
+                self._rewrite()
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        """Close, discarding every change made since the archive was opened."""
+        self._dirty = False
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_dirty", False) and not getattr(self, "_closed", True):
+            warnings.warn(
+                f"{self!r} was not closed: its changes are discarded", ResourceWarning, stacklevel=1
+            )
+            self._release()
+
+    # ----------------------------------------------------------------- committing
+    def _rewrite(self) -> None:
+        directory = os.path.dirname(self.path) or "."
+        temp = os.path.join(directory, f"{TEMP_PREFIX}{secrets.token_hex(8)}.zip")
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w", allowZip64=True) as out:
+                self._write_entries(out)
+            if os.path.exists(self.path):
+                shutil.copymode(self.path, temp)
+            os.replace(temp, self.path)
+        except BaseException as exc:
+            remove_if_present(temp)
+            if isinstance(exc, OSError):
+                raise from_os_error(exc, f"cannot write zip archive {self.path!r}") from exc
+            raise
+
+    def _write_entries(self, out: zipfile.ZipFile) -> None:
+        now = time.localtime()[:6]
+        if self.prefix:
+            out.writestr(_directory_info(self.prefix, now), b"")
+        for node in self._index.subtree(ROOT):
+            if node == ROOT:
+                continue
+            name = self.prefix + node[1:]
+            member = self._members.get(node)
+            if member is None:
+                out.writestr(_directory_info(name + "/", now), b"")
+            elif isinstance(member, Staged):
+                self._copy_staged(out, name, member, now)
+            else:
+                self._copy_member(out, name, member)
+
+    def _copy_staged(self, out: zipfile.ZipFile, name: str, member: Staged, now: tuple) -> None:
+        info = zipfile.ZipInfo(name, date_time=now)
+        info.compress_type = zipfile.ZIP_STORED
+        info.file_size = member.size
+        info.external_attr = 0o644 << 16
+        info.flag_bits |= 0x800  # UTF-8 names, as netcdf-c writes them
+        with out.open(info, "w", force_zip64=member.size >= zipfile.ZIP64_LIMIT) as target:
+            for done in range(0, member.size, _COPY_BLOCK):
+                length = min(_COPY_BLOCK, member.size - done)
+                target.write(_pread_exact(self._stage.fileno(), length, member.offset + done, "staging file"))
+
+    def _copy_member(self, out: zipfile.ZipFile, name: str, source: zipfile.ZipInfo) -> None:
+        info = zipfile.ZipInfo(name, date_time=source.date_time)
+        info.compress_type = source.compress_type
+        info.external_attr = source.external_attr
+        info.flag_bits |= 0x800
+        info.file_size = source.file_size
+        force = source.file_size >= zipfile.ZIP64_LIMIT
+        try:
+            with self._archive.open(source) as reader, out.open(info, "w", force_zip64=force) as target:
+                shutil.copyfileobj(reader, target, _COPY_BLOCK)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise StorageError(f"cannot copy member {source.filename!r} of {self.path!r}: {exc}") from exc
+
+    def _release(self) -> None:
+        if self._filesystem is not None:
+            _close_zip(self._filesystem)
+        if self._stage is not None:
+            self._stage.close()
+        if self._fd is not None:
+            os.close(self._fd)
+        self._filesystem = self._archive = self._stage = self._fd = None
+
+
+def find_layout(names: list[str], dataset_name: str) -> str:
+    """The folder prefix (``"name/"``) holding the dataset in a zip with these entry names, or ``""``.
+
+    In order: a folder named after the archive that holds group metadata; netcdf-c's rule (the folder of
+    entry 0) when that folder holds group metadata and nothing else lies outside it but loose root files;
+    the root when it holds Zarr metadata (zarr-python ZipStore); the single top folder of an empty
+    dataset; else the root.
+    """
+    present = set(names)
+    named = dataset_name + "/"
+    if any(named + marker in present for marker in (*_GROUP_MARKERS, ".zattrs")):
+        return named
+    first = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
+    if (
+        first
+        and any(first + marker in present for marker in _GROUP_MARKERS)
+        and all(name.startswith(first) or "/" not in name for name in names)
+    ):
+        return first
+    if any(marker in present for marker in STORE_MARKERS):
+        return ""
+    tops = {name.split("/", 1)[0] for name in names}
+    if len(tops) == 1 and all("/" in name for name in names):
+        return tops.pop() + "/"
+    return "" if names else named
+
+
+def _open_zip(path: str):
+    """fsspec's zip filesystem over the archive (stdlib ``zipfile``, no libzip); ``.zip`` is the ZipFile."""
+    from fsspec.implementations.zip import ZipFileSystem
+
+    try:
+        return ZipFileSystem(fo=path, mode="r")
+    except zipfile.BadZipFile as exc:
+        raise StorageError(f"{path!r} is not a readable zip archive: {exc}") from exc
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open zip archive {path!r}") from exc
+
+
+def _close_zip(filesystem) -> None:
+    filesystem.zip.close()
+    filesystem.fo.close()
+
+
+def _directory_info(name: str, now: tuple) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=now)
+    info.external_attr = (0o40755 << 16) | 0x10
+    info.flag_bits |= 0x800
+    return info
+
+
+def _pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
+    data = os.pread(fd, length, offset) if length else b""
+    if len(data) != length:
+        raise StorageError(f"{path!r} is truncated: {len(data)} of {length} bytes at offset {offset}")
+    return data
