@@ -60,8 +60,9 @@ class ZipMap(ZMap):
         self._fd: int | None = None
         self._stage: IO[bytes] | None = None
         self._stage_lock = threading.Lock()
-        self._dirty = mode == "w"
+        self._dirty = False
         self._open_archive()
+        self._dirty = self._dirty or mode == "w"
 
     # ----------------------------------------------------------------- opening
     def _open_archive(self) -> None:

@@ -1,0 +1,83 @@
+"""The ``nczmap search`` and ``nczmap dump`` commands, run as real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nczmap import open_map
+
+
+def nczmap(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "nczmap", *args], capture_output=True, timeout=60, check=False
+    )
+
+
+@pytest.fixture(params=["file", "zip"])
+def store_url(request, tmp_path) -> str:
+    path = tmp_path / ("ds.zip" if request.param == "zip" else "ds.file")
+    values = np.arange(6, dtype=">i4")
+    zarray = {"zarr_format": 2, "shape": [6], "chunks": [6], "dtype": ">i4", "fill_value": None}
+    with open_map(str(path), "w") as zmap:
+        zmap.write("/.zgroup", b'{"zarr_format": 2}')
+        zmap.write("/v/.zarray", json.dumps(zarray).encode())
+        zmap.write("/v/0", values.tobytes())
+        zmap.write("/g/.zgroup", b"{\n}")
+    return path.as_uri() + f"#mode=nczarr,{request.param}"
+
+
+def test_search_prints_one_name_a_line(store_url):
+    result = nczmap("search", store_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == [".zgroup", "g", "v"]
+    assert nczmap("search", store_url, "/v").stdout.decode().splitlines() == [".zarray", "0"]
+    assert nczmap("search", store_url, "/v/0").stdout == b""
+
+
+def test_dump_prints_metadata_and_sizes(store_url):
+    result = nczmap("dump", store_url)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.decode().splitlines()
+    assert lines[0] == '[0] /.zgroup : (18) |{"zarr_format": 2}|'
+    assert lines[1:3] == ["[2] /g/.zgroup : (3) |{", "}|"]  # multi-line JSON stays verbatim
+    assert lines[-1] == "[5] /v/0 : (24) (ubyte) |...|"
+
+
+def test_dump_values_follow_the_arrays_byte_order(store_url):
+    result = nczmap("dump", "-t", "int", store_url)
+    assert result.stdout.decode().splitlines()[-1] == "[5] /v/0 : (6) (int) |0, 1, 2, 3, 4, 5|"
+    header = nczmap("dump", "-t", "int", "-H", store_url)
+    assert header.stdout.decode().splitlines()[-1] == "[5] /v/0 : (6) (int) |...|"
+
+
+def test_errors_name_the_culprit(tmp_path):
+    missing = nczmap("search", str(tmp_path / "absent.file"))
+    assert missing.returncode == 1
+    assert b"absent.file" in missing.stderr and b"Traceback" not in missing.stderr
+    bad_mode = nczmap("search", f"{(tmp_path / 'x').as_uri()}#mode=nczarr,bogus")
+    assert bad_mode.returncode == 1 and b"bogus" in bad_mode.stderr
+    bad_key = nczmap("search", str(tmp_path), "/../etc")
+    assert bad_key.returncode == 1 and b"'/../etc'" in bad_key.stderr
+    bad_type = nczmap("dump", "-t", "complex", str(tmp_path))
+    assert bad_type.returncode == 1 and b"complex" in bad_type.stderr
+
+
+def test_closed_pipe_is_not_an_error(tmp_path):
+    path = tmp_path / "wide.file"
+    with open_map(str(path), "w") as zmap:
+        for i in range(20000):
+            zmap.write(f"/k{i:05d}", b"")
+    pipeline = subprocess.run(
+        f"{sys.executable} -m nczmap search {path} | head -n 1",
+        shell=True,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert pipeline.stdout == b"k00000\n"
+    assert b"Traceback" not in pipeline.stderr
