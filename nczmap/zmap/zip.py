@@ -304,28 +304,41 @@ class ZipMap(ZMap):
 def find_layout(names: list[str], dataset_name: str) -> str:
     """The folder prefix (``"name/"``) holding the dataset in a zip with these entry names, or ``""``.
 
-    In order: a folder named after the archive that holds group metadata; netcdf-c's rule (the folder of
-    entry 0) when that folder holds group metadata and nothing else lies outside it but loose root files;
-    the root when it holds Zarr metadata (zarr-python ZipStore); the single top folder of an empty
-    dataset; else the root.
+    netcdf-c's rule first: the top folder of entry 0 is the dataset and everything outside it is ignored
+    (stray root files, ``__MACOSX/``...), provided that folder looks like a dataset root (group metadata,
+    or attributes without ``.zarray``) and the archive root is not itself a Zarr hierarchy with another
+    node beside it. Then the root, when it holds Zarr metadata (zarr-python ``ZipStore``); then the single
+    top folder of an empty dataset. An empty archive gets netcdf-c's folder named after it.
     """
+    if not names:
+        return dataset_name + "/"
     present = set(names)
-    named = dataset_name + "/"
-    if any(named + marker in present for marker in (*_GROUP_MARKERS, ".zattrs")):
-        return named
-    first = names[0].split("/", 1)[0] + "/" if names and "/" in names[0] else ""
-    if (
-        first
-        and any(first + marker in present for marker in _GROUP_MARKERS)
-        and all(name.startswith(first) or "/" not in name for name in names)
-    ):
+    first = names[0].split("/", 1)[0] + "/" if "/" in names[0] else ""
+    if first and _is_dataset_root(first, present) and not _root_has_other_node(first, present):
         return first
     if any(marker in present for marker in STORE_MARKERS):
         return ""
     tops = {name.split("/", 1)[0] for name in names}
     if len(tops) == 1 and all("/" in name for name in names):
         return tops.pop() + "/"
-    return "" if names else named
+    return ""
+
+
+def _is_dataset_root(folder: str, present: set[str]) -> bool:
+    if any(folder + marker in present for marker in _GROUP_MARKERS):
+        return True
+    return folder + ".zattrs" in present and folder + ".zarray" not in present
+
+
+def _root_has_other_node(folder: str, present: set[str]) -> bool:
+    """True when the root holds Zarr metadata and a top folder other than ``folder`` is a group or array."""
+    if not any(marker in present for marker in STORE_MARKERS):
+        return False
+    for name in present:
+        top, _, rest = name.partition("/")
+        if top + "/" != folder and rest in (".zgroup", ".zarray", "zarr.json"):
+            return True
+    return False
 
 
 def _open_zip(path: str):
