@@ -23,7 +23,7 @@ from nczmap.errors import (
 )
 from nczmap.url import ParsedURL
 from nczmap.zmap.base import STORE_MARKERS, ZMap
-from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_valid_key, sort_names
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
@@ -136,7 +136,7 @@ class FileMap(ZMap):
     def _search(self, prefix: str) -> list[str]:
         try:
             with os.scandir(self._path(prefix)) as entries:
-                names = [entry.name for entry in entries if _is_listed(entry.name)]
+                names = [entry.name for entry in entries if is_listable_name(entry.name)]
         except OSError as exc:
             if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
                 return []
@@ -191,9 +191,6 @@ def _path_kind(path: str) -> str:
         raise from_os_error(exc, f"cannot open dataset {path!r}") from exc
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
-
-def _is_listed(name: str) -> bool:
-    return not name.startswith(TEMP_PREFIX) and is_valid_key(name)
 
 
 def _remove_entry(entry: os.DirEntry) -> None:

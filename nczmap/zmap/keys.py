@@ -13,6 +13,11 @@ ROOT = "/"
 # Drivers stage writes in files with this prefix; such names are never keys and never listed.
 TEMP_PREFIX = ".nczmap-tmp-"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Anything that makes a key body (the key without its leading "/") illegal, in one search: an empty, "." or
+# ".." segment, a reserved temporary name, a control character or a lone surrogate (not UTF-8 encodable).
+_ILLEGAL_BODY = re.compile(
+    r"(?:^|/)(?:\.{0,2}(?:/|$)|" + re.escape(TEMP_PREFIX) + r")|[\x00-\x1f\x7f\ud800-\udfff]"
+)
 
 
 def _check_segment(key: str, segment: str) -> None:
@@ -36,13 +41,22 @@ def _check_text(key: object) -> str:
 
 def normalize_key(key: str) -> str:
     """Return the canonical form of an object key (leading ``/``, no trailing ``/``); ``/`` is the root."""
-    _check_text(key)
     if key in ("", ROOT):
         return ROOT
+    if not isinstance(key, str):
+        _check_text(key)
     body = key[1:] if key.startswith("/") else key
+    if _ILLEGAL_BODY.search(body):
+        _explain(key, body)
+    return "/" + body
+
+
+def _explain(key: str, body: str) -> None:
+    """Raise the precise error for a key the fast check refused."""
+    _check_text(key)
     for segment in body.split("/"):
         _check_segment(key, segment)
-    return "/" + body
+    raise KeyNameError(f"illegal key {key!r}")
 
 
 def normalize_prefix(prefix: str) -> str:
@@ -51,6 +65,11 @@ def normalize_prefix(prefix: str) -> str:
     if len(prefix) > 1 and prefix.endswith("/"):
         prefix = prefix[:-1]
     return normalize_key(prefix)
+
+
+def is_listable_name(name: str) -> bool:
+    """True if a directory entry's name (never empty, never containing ``/``) can be used in a key."""
+    return _ILLEGAL_BODY.search(name) is None
 
 
 def is_valid_key(key: str) -> bool:
