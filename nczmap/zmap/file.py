@@ -192,7 +192,6 @@ def _path_kind(path: str) -> str:
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
-
 def _remove_entry(entry: os.DirEntry) -> None:
     if entry.is_dir(follow_symlinks=False):
         shutil.rmtree(entry.path)
