@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from _timing import Case, async_batch, fmt_ratio, fmt_time, measure, print_cases, sync_batch
+from _common import Case, array_meta, async_batch, fmt_ratio, fmt_time, measure, print_cases, sync_batch
 from zarr.storage import LocalStore
 
 import nczmap
@@ -68,18 +68,6 @@ class Shape:
 
 
 # ---------------------------------------------------------------------------------------------- building
-def array_meta(length: int) -> bytes:
-    meta = {
-        "zarr_format": 2,
-        "shape": [length],
-        "chunks": [1],
-        "dtype": "|u1",
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-    }
-    return json.dumps(meta).encode()
 
 
 def tree_files(shape: Shape) -> Iterator[tuple[str, bytes]]:

@@ -36,7 +36,17 @@ import time
 import zipfile
 from collections.abc import Iterator
 
-from _timing import Case, async_batch, fmt_ratio, fmt_time, measure, print_cases, sync_batch, time_once
+from _common import (
+    Case,
+    array_meta,
+    async_batch,
+    fmt_ratio,
+    fmt_time,
+    measure,
+    print_cases,
+    sync_batch,
+    time_once,
+)
 from fsspec.implementations.zip import ZipFileSystem
 from zarr.storage import ZipStore
 
@@ -51,18 +61,6 @@ DATE = (2024, 1, 1, 0, 0, 0)
 
 
 # ---------------------------------------------------------------------------------------------- building
-def array_meta(length: int) -> bytes:
-    meta = {
-        "zarr_format": 2,
-        "shape": [length],
-        "chunks": [1],
-        "dtype": "|u1",
-        "compressor": None,
-        "fill_value": 0,
-        "order": "C",
-        "filters": None,
-    }
-    return json.dumps(meta).encode()
 
 
 def archive_entries(chunks: int) -> Iterator[tuple[str, bytes]]:

@@ -9,7 +9,6 @@ dataset is the folder named by the first segment of entry 0; entries outside it 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tarfile
 import zipfile
@@ -17,18 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _fixtures import FIXTURES
 
 from nczmap import EmptyError, open_map
 
-
-def fixtures_dir() -> Path:
-    override = os.environ.get("NCZMAP_NETCDF_FIXTURES")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "conformance" / "netcdf-c"
-
-
-FIXTURES = fixtures_dir()
 NAMED_ZIPS = (
     "ref_oldkeys.file.zip",
     "ref_oldformat.zip",

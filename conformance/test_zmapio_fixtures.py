@@ -7,7 +7,6 @@ ends are stripped). ``run_ut_map.sh`` dumps with ``zmapio -t int -x objdump`` (`
 
 from __future__ import annotations
 
-import os
 import re
 import struct
 import subprocess
@@ -16,18 +15,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _fixtures import FIXTURES
 
 from nczmap import DatasetNotFound, open_map
 
-
-def fixtures_dir() -> Path:
-    override = os.environ.get("NCZMAP_NETCDF_FIXTURES")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "conformance" / "netcdf-c"
-
-
-FIXTURES = fixtures_dir()
 DRIVERS = ["file", "zip"]
 
 # The texts ut_map.c / ut_mapapi.c write (netcdf-c nczarr_test sources; spec §7.2).

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from nczmap import open_map
@@ -61,8 +59,3 @@ def factory(request, tmp_path) -> MapFactory:
 @pytest.fixture
 def zmap(factory) -> ZMap:
     return factory.open("w")
-
-
-def fixtures_dir() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "shared", "conformance", "netcdf-c"))

@@ -10,6 +10,7 @@ machine load hits every case alike) and keeps the per-call time of every round; 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
@@ -116,3 +117,18 @@ def print_cases(cases: list[Case]) -> None:
             f"{case.name:<{width}}  {shown:>7}  {case.calls:>11}  {fmt_time(case.median):>11}  "
             f"{fmt_time(case.best):>11}"
         )
+
+
+def array_meta(length: int) -> bytes:
+    """A Zarr v2 ``.zarray`` for a 1-D array of ``length`` one-byte chunks."""
+    meta = {
+        "zarr_format": 2,
+        "shape": [length],
+        "chunks": [1],
+        "dtype": "|u1",
+        "compressor": None,
+        "fill_value": 0,
+        "order": "C",
+        "filters": None,
+    }
+    return json.dumps(meta).encode()
