@@ -1,0 +1,142 @@
+"""The netCDF data model nczmap reads NCZarr into: groups, shared dimensions, variables, typed attributes.
+
+The API follows h5netcdf: ``.dimensions``, ``.variables``, ``.groups``, ``.attrs`` mappings, numpy-style
+indexing of variables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nczmap.errors import FormatError
+from nczmap.format.types import CHAR, STRING, NCType, type_of_numpy
+
+
+@dataclass
+class Attribute:
+    """A typed attribute: numeric values as a 1-D numpy array, char as ``str``, string as ``list[str]``."""
+
+    name: str
+    nctype: NCType
+    value: np.ndarray | str | list[str]
+
+    def python_value(self) -> object:
+        if self.nctype is CHAR:
+            return self.value
+        if self.nctype is STRING:
+            return self.value[0] if len(self.value) == 1 else list(self.value)
+        return self.value[0] if len(self.value) == 1 else self.value
+
+    @classmethod
+    def from_python(cls, name: str, value: object, nctype: NCType | None = None) -> Attribute:
+        """Type a user value: str -> char, list of str -> string, numpy/Python numbers by their type."""
+        if isinstance(value, str) and nctype in (None, CHAR):
+            return cls(name, CHAR, value)
+        if nctype is STRING or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)):
+            strings = [value] if isinstance(value, str) else [str(v) for v in value]
+            return cls(name, STRING, strings)
+        array = np.atleast_1d(np.asarray(value))
+        if array.ndim != 1:
+            raise FormatError(f"attribute {name!r} must be one-dimensional, not shape {array.shape}")
+        if array.dtype.kind in "iu" and nctype is None and not isinstance(value, np.ndarray | np.generic):
+            array = array.astype(np.int64 if array.min(initial=0) < -(2**31) or array.max(initial=0) >= 2**31
+                                 else np.int32)
+        if array.dtype.kind == "f" and nctype is None and not isinstance(value, np.ndarray | np.generic):
+            array = array.astype(np.float64)
+        target = nctype or type_of_numpy(array.dtype)
+        if target.is_text:
+            raise FormatError(f"attribute {name!r}: cannot store {value!r} as {target.name}")
+        return cls(name, target, array.astype(target.numpy))
+
+
+class Attributes(MutableMapping[str, object]):
+    """Ordered attributes; values come back as Python/numpy values, :meth:`typed` gives the netCDF type."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Attribute] = {}
+
+    def __getitem__(self, name: str) -> object:
+        return self._items[name].python_value()
+
+    def __setitem__(self, name: str, value: object) -> None:
+        self._items[name] = value if isinstance(value, Attribute) else Attribute.from_python(name, value)
+
+    def __delitem__(self, name: str) -> None:
+        del self._items[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def typed(self, name: str) -> Attribute:
+        return self._items[name]
+
+    def all_typed(self) -> list[Attribute]:
+        return list(self._items.values())
+
+    def __repr__(self) -> str:
+        return f"Attributes({dict(self)!r})"
+
+
+@dataclass(eq=False)
+class Dimension:
+    name: str
+    size: int
+    unlimited: bool = False
+    group: Group | None = field(default=None, repr=False)
+
+    @property
+    def path(self) -> str:
+        prefix = self.group.path if self.group is not None else "/"
+        return prefix.rstrip("/") + "/" + self.name
+
+    def __len__(self) -> int:
+        return self.size
+
+
+class Group:
+    """A netCDF group: its dimensions, variables, subgroups and attributes."""
+
+    def __init__(self, name: str, parent: Group | None) -> None:
+        self.name = name
+        self.parent = parent
+        self.dimensions: dict[str, Dimension] = {}
+        self.variables: dict[str, object] = {}
+        self.groups: dict[str, Group] = {}
+        self.attrs = Attributes()
+
+    @property
+    def path(self) -> str:
+        if self.parent is None:
+            return "/"
+        return self.parent.path.rstrip("/") + "/" + self.name
+
+    @property
+    def root(self) -> Group:
+        group = self
+        while group.parent is not None:
+            group = group.parent
+        return group
+
+    def find_dimension(self, path: str) -> Dimension | None:
+        """The dimension named by a fully qualified name such as ``/g/y``."""
+        *group_names, name = path.strip("/").split("/")
+        group = self.root
+        for group_name in group_names:
+            group = group.groups.get(group_name)
+            if group is None:
+                return None
+        return group.dimensions.get(name)
+
+    def walk(self) -> Iterator[Group]:
+        yield self
+        for child in self.groups.values():
+            yield from child.walk()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r}: {len(self.dimensions)} dims, {len(self.variables)} vars>"

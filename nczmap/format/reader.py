@@ -1,0 +1,338 @@
+"""Reading every NCZarr dialect (D0-D3), pure Zarr and the xarray convention into the netCDF model.
+
+Dialect detection follows nczarr-format.md §12: superblock in root ``.zattrs`` (D3), root ``.zgroup``
+lower-case (D2) or upper-case (D1) keys, or ``/.nczarr`` (D0); none means pure Zarr. Unlike netcdf-c an
+array that cannot be read is skipped with a warning naming it, instead of failing the whole open.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import warnings
+
+import numpy as np
+
+from nczmap.errors import EmptyError, FormatError
+from nczmap.format.codecs import CodecChain
+from nczmap.format.dataset import Dataset
+from nczmap.format.jsonutil import loads, netcdf_text
+from nczmap.format.model import Attribute, Attributes, Dimension, Group
+from nczmap.format.types import BY_CODE, CHAR, STRING, NCType, convert_value, infer_json_type, parse_dtype
+from nczmap.format.variable import ArrayLayout, Variable
+from nczmap.url import ParsedURL
+from nczmap.zmap import ZMap
+
+_HIDDEN = frozenset(
+    ["_ARRAY_DIMENSIONS", "_NCProperties", "CLASS", "DIMENSION_LIST", "NAME", "REFERENCE_LIST",
+     "_Netcdf4Coordinates", "_Netcdf4Dimid"]
+)
+_VISIBLE_NCZARR = frozenset(["_nczarr_maxstrlen", "_nczarr_default_maxstrlen"])
+ANONYMOUS = "_Anonymous_Dim_{}"
+
+
+def is_hidden(name: str) -> bool:
+    return name in _HIDDEN or (name.lower().startswith("_nczarr") and name not in _VISIBLE_NCZARR)
+
+
+class MetadataSource:
+    """Metadata objects by key: from consolidated ``/.zmetadata`` when there is one, else one read each."""
+
+    def __init__(self, zmap: ZMap, consolidated: dict | None) -> None:
+        self.zmap = zmap
+        self.consolidated = consolidated
+
+    def get(self, key: str) -> dict | None:
+        if self.consolidated is not None and key.rsplit("/", 1)[-1] in (".zgroup", ".zattrs", ".zarray"):
+            value = self.consolidated.get(key.lstrip("/"))
+        else:
+            try:
+                value = loads(self.zmap.read(key), f"{key!r} of {self.zmap.location}")
+            except EmptyError:
+                return None
+        if value is not None and not isinstance(value, dict):
+            raise FormatError(f"{key!r} of {self.zmap.location} must hold a JSON object")
+        return value
+
+    def children(self, key: str) -> tuple[list[str], list[str]]:
+        """Sorted (subgroup names, array names) of a group, as pure-Zarr readers find them."""
+        base = key.rstrip("/")
+        if self.consolidated is not None:
+            names = {k[len(base) :].lstrip("/").split("/", 1)[0] for k in self.consolidated
+                     if ("/" + k).startswith(base + "/")}
+        else:
+            names = self.zmap.search(key)
+        names = sorted(n for n in names if n and not n.startswith("."))
+        groups = [n for n in names if self._has(f"{base}/{n}/.zgroup")]
+        arrays = [n for n in names if self._has(f"{base}/{n}/.zarray")]
+        return groups, arrays
+
+    def _has(self, key: str) -> bool:
+        if self.consolidated is not None:
+            return key.lstrip("/") in self.consolidated
+        return self.zmap.exists(key)
+
+
+def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
+    try:
+        document = loads(zmap.read("/.zmetadata"), f"'/.zmetadata' of {zmap.location}")
+    except EmptyError:
+        return None
+    metadata = document.get("metadata") if isinstance(document, dict) else None
+    if not isinstance(metadata, dict) or document.get("zarr_consolidated_format") != 1:
+        if required:
+            raise FormatError(f"'/.zmetadata' of {zmap.location} is not valid consolidated metadata")
+        return None
+    return metadata
+
+
+def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> str:
+    if isinstance(zattrs.get("_nczarr_superblock"), dict):
+        return "D3"
+    if isinstance(zgroup.get("_nczarr_superblock"), dict):
+        return "D2"
+    if isinstance(zgroup.get("_NCZARR_SUPERBLOCK"), dict):
+        return "D1"
+    if source.zmap.exists("/.nczarr"):
+        return "D0"
+    return "PZ"
+
+
+def read_dataset(zmap: ZMap, url: ParsedURL | None) -> Dataset:
+    """Build the netCDF model of the dataset stored in ``zmap``."""
+    consolidated = read_consolidated(zmap, required=bool(url and url.consolidated))
+    source = MetadataSource(zmap, consolidated)
+    zgroup = source.get("/.zgroup") or {}
+    zattrs = source.get("/.zattrs") or {}
+    dialect = detect_dialect(source, zgroup, zattrs)
+    dataset = Dataset(zmap, url, dialect)
+    dataset.consolidated = consolidated is not None
+    provenance = zattrs.get("_NCProperties")
+    dataset.provenance = provenance if isinstance(provenance, str) else None
+    pure = dialect == "PZ" or bool(url and url.zarr)
+    xarray = url.xarray if url is not None else True
+    reader = _Reader(dataset, source, pure, xarray)
+    reader.group("/", dataset, zgroup, zattrs)
+    return dataset
+
+
+class _Reader:
+    def __init__(self, dataset: Dataset, source: MetadataSource, pure: bool, xarray: bool) -> None:
+        self.dataset = dataset
+        self.source = source
+        self.pure = pure
+        self.xarray = xarray
+
+    # ----------------------------------------------------------------- groups
+    def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
+        info = None if self.pure else self._group_info(key, zgroup, zattrs)
+        read_attributes(group.attrs, zattrs, self._types(key, zattrs, group=True), None, self.pure,
+                        f"{key!r}")
+        if info is None:
+            subgroups, arrays = self.source.children(key)
+        else:
+            self._dimensions(group, info, key)
+            subgroups, arrays = _names(info, ("groups",), key), _names(info, ("arrays", "vars"), key)
+        for name in arrays:
+            self._array_or_problem(group, name)
+        for name in subgroups:
+            child = Group(name, group)
+            group.groups[name] = child
+            child_key = _join(key, name)
+            self.group(child_key, child, self.source.get(child_key + "/.zgroup") or {},
+                       self.source.get(child_key + "/.zattrs") or {})
+
+    def _group_info(self, key: str, zgroup: dict, zattrs: dict) -> dict | None:
+        for holder, name in ((zattrs, "_nczarr_group"), (zgroup, "_nczarr_group"), (zgroup, "_NCZARR_GROUP")):
+            if isinstance(holder.get(name), dict):
+                return holder[name]
+        if self.dataset.dialect == "D0":
+            return self.source.get(_join(key, ".nczgroup"))
+        return None
+
+    def _dimensions(self, group: Group, info: dict, key: str) -> None:
+        declared = info.get("dimensions", info.get("dims", {}))
+        if not isinstance(declared, dict):
+            raise FormatError(f"dimensions of group {key!r} must be a JSON object, not {declared!r}")
+        for name, spec in declared.items():
+            size, unlimited = spec, False
+            if isinstance(spec, dict):
+                size, unlimited = spec.get("size"), bool(spec.get("unlimited", 0))
+            if not isinstance(size, int) or size < 0:
+                raise FormatError(f"dimension {name!r} of group {key!r} has no valid size: {spec!r}")
+            group.dimensions[name] = Dimension(name, int(size), unlimited, group)
+
+    def _types(self, key: str, zattrs: dict, group: bool) -> dict:
+        for name in ("_nczarr_attr", "_NCZARR_ATTR"):
+            holder = zattrs.get(name)
+            if isinstance(holder, dict) and isinstance(holder.get("types"), dict):
+                return holder["types"]
+        if self.dataset.dialect == "D0":
+            for name in (".nczattr", ".nczattrs"):
+                found = self.source.get(_join(key, name))
+                if found and isinstance(found.get("types"), dict):
+                    return found["types"]
+        return {}
+
+    # ----------------------------------------------------------------- arrays
+    def _array_or_problem(self, group: Group, name: str) -> None:
+        key = _join(group.path, name)
+        try:
+            variable = self.array(group, name, key)
+        except FormatError as exc:
+            self.dataset.problems.append((key, str(exc)))
+            warnings.warn(f"skipping array {key!r} of {self.source.zmap.location}: {exc}", stacklevel=4)
+            return
+        if variable is not None:
+            group.variables[name] = variable
+
+    def array(self, group: Group, name: str, key: str) -> Variable | None:
+        zarray = self.source.get(key + "/.zarray")
+        if zarray is None:
+            raise FormatError(f"array {key!r} is listed but has no .zarray")
+        zattrs = self.source.get(key + "/.zattrs") or {}
+        info = None if self.pure else self._array_info(key, zarray, zattrs)
+        layout = parse_layout(zarray, self.pure, key)
+        if info is not None:
+            dims, scalar = self._referenced_dims(group, info, layout, key)
+        else:
+            dims, scalar = self._pure_dims(group, zattrs, layout, key)
+        layout.scalar = scalar
+        variable = Variable(group, name, dims, layout)
+        read_attributes(variable.attrs, zattrs, self._types(key, zattrs, group=False), layout.dtype.nctype,
+                        self.pure, f"{key!r}")
+        return variable
+
+    def _array_info(self, key: str, zarray: dict, zattrs: dict) -> dict | None:
+        for holder, name in ((zattrs, "_nczarr_array"), (zarray, "_nczarr_array"), (zarray, "_NCZARR_ARRAY")):
+            if isinstance(holder.get(name), dict):
+                return holder[name]
+        if self.dataset.dialect == "D0":
+            return self.source.get(key + "/.nczarray") or self.source.get(key + "/.nczvar")
+        return None
+
+    def _referenced_dims(self, group: Group, info: dict, layout: ArrayLayout, key: str):
+        refs = info.get("dimension_references", info.get("dimrefs", []))
+        scalar = "scalar" in info or info.get("storage") == "scalar"
+        if scalar:
+            return (), True
+        if not isinstance(refs, list) or len(refs) != len(layout.shape):
+            raise FormatError(f"array {key!r}: dimension references {refs!r} do not match shape {layout.shape}")
+        dims = []
+        for ref, size in zip(refs, layout.shape, strict=True):
+            dim = group.find_dimension(ref) if isinstance(ref, str) else None
+            if dim is None:
+                raise FormatError(f"array {key!r} refers to dimension {ref!r}, which is not defined")
+            if dim.size != size and not dim.unlimited:
+                raise FormatError(f"array {key!r}: dimension {ref!r} has size {dim.size}, the array {size}")
+            dims.append(dim)
+        return dims, False
+
+    def _pure_dims(self, group: Group, zattrs: dict, layout: ArrayLayout, key: str):
+        names = zattrs.get("_ARRAY_DIMENSIONS") if self.xarray else None
+        if not layout.shape:
+            if names:
+                raise FormatError(f"array {key!r} has shape [] but _ARRAY_DIMENSIONS {names!r}")
+            return (), True
+        if isinstance(names, list) and len(names) == len(layout.shape) and all(isinstance(n, str) for n in names):
+            dims = [self._named_dim(group, n, size) for n, size in zip(names, layout.shape, strict=True)]
+            if None not in dims:
+                return dims, False
+        root = self.dataset
+        dims = []
+        for size in layout.shape:
+            name = ANONYMOUS.format(size)
+            dims.append(root.dimensions.setdefault(name, Dimension(name, size, False, root)))
+        return dims, False
+
+    @staticmethod
+    def _named_dim(group: Group, name: str, size: int) -> Dimension | None:
+        dim = group.dimensions.get(name)
+        if dim is None:
+            dim = group.dimensions[name] = Dimension(name, size, False, group)
+        return dim if dim.size == size else None
+
+
+def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
+    if zarray.get("zarr_format", 2) != 2:
+        raise FormatError(f"array {key!r}: zarr_format {zarray.get('zarr_format')!r} is not 2")
+    dtype = parse_dtype(zarray.get("dtype"), pure, f"array {key!r}")
+    shape, chunks = zarray.get("shape"), zarray.get("chunks")
+    if not _int_list(shape) or not _int_list(chunks) or len(shape) != len(chunks) or 0 in chunks:
+        raise FormatError(f"array {key!r}: bad shape {shape!r} / chunks {chunks!r}")
+    separator = zarray.get("dimension_separator", ".")
+    order = zarray.get("order", "C")
+    if separator not in (".", "/") or order not in ("C", "F"):
+        raise FormatError(f"array {key!r}: bad dimension_separator {separator!r} or order {order!r}")
+    codecs = CodecChain(list(zarray.get("filters") or []), zarray.get("compressor"), dtype.storage.itemsize)
+    fill = parse_fill(zarray.get("fill_value"), dtype.nctype, dtype.storage, key)
+    return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
+
+
+def parse_fill(value: object, nctype: NCType, storage: np.dtype, key: str) -> object:
+    if value is None:
+        return None
+    if nctype.is_text:
+        text = value if isinstance(value, str) else ""
+        try:
+            raw = base64.b64decode(text, validate=True) if text else b""
+        except (binascii.Error, ValueError):
+            raw = text.encode()
+        return raw[:1] or b"\x00" if nctype is CHAR else raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
+    return np.array(convert_value(value, nctype, f"fill_value of {key!r}")).astype(nctype.numpy)[()]
+
+
+def read_attributes(target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool,
+                    where: str) -> None:
+    for name, value in zattrs.items():
+        if is_hidden(name):
+            continue
+        nctype = _declared_type(types.get(name), pure)
+        if nctype is None and name == "_FillValue" and var_type is not None:
+            nctype = var_type
+        if nctype is None and name not in types:
+            nctype = infer_json_type(value)
+        target[name] = make_attribute(name, value, nctype, f"attribute {name!r} of {where}")
+
+
+def _declared_type(declared: object, pure: bool) -> NCType | None:
+    if not isinstance(declared, str) or declared == "|J0":
+        return None
+    if declared.isdigit():
+        return BY_CODE.get(int(declared))
+    try:
+        return parse_dtype(declared, pure).nctype
+    except FormatError:
+        return None
+
+
+def make_attribute(name: str, value: object, nctype: NCType | None, where: str) -> Attribute:
+    if nctype is None or nctype is CHAR:
+        return Attribute(name, CHAR, value if isinstance(value, str) else netcdf_text(value))
+    if nctype is STRING:
+        values = value if isinstance(value, list) else [value]
+        return Attribute(name, STRING, [v if isinstance(v, str) else netcdf_text(v) for v in values])
+    values = value if isinstance(value, list) else [value]
+    try:
+        converted = [convert_value(v, nctype, where) for v in values]
+    except FormatError:
+        return Attribute(name, CHAR, netcdf_text(value))
+    return Attribute(name, nctype, np.array(converted).astype(nctype.numpy))
+
+
+def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:
+    for key in keys:
+        if key in info:
+            names = info[key]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise FormatError(f"group {where!r}: {key} must be a list of names, not {names!r}")
+            return names
+    return []
+
+
+def _int_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, int) and v >= 0 for v in value)
+
+
+def _join(key: str, name: str) -> str:
+    return key.rstrip("/") + "/" + name

@@ -1,0 +1,167 @@
+"""netCDF atomic types and their Zarr dtype spellings in every NCZarr dialect (nczarr-format.md §4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from nczmap.errors import FormatError
+from nczmap.format.jsonutil import special_float
+
+
+@dataclass(frozen=True)
+class NCType:
+    name: str
+    code: int  # nc_type number (D0 attribute types use it)
+    letter: str  # Zarr dtype kind + size, e.g. "i4"; "" for char/string
+    fill: object  # netCDF default fill value
+
+    @property
+    def is_text(self) -> bool:
+        return self.name in ("char", "string")
+
+    @property
+    def numpy(self) -> np.dtype:
+        """The native-order numpy dtype of one value (char: ``S1``; string: object)."""
+        if self.name == "char":
+            return np.dtype("S1")
+        if self.name == "string":
+            return np.dtype(object)
+        return np.dtype(self.letter)
+
+
+_TYPES = [
+    NCType("byte", 1, "i1", -127),
+    NCType("char", 2, "", b"\x00"),
+    NCType("short", 3, "i2", -32767),
+    NCType("int", 4, "i4", -2147483647),
+    NCType("float", 5, "f4", float(np.float32(9.9692099683868690e36))),
+    NCType("double", 6, "f8", 9.9692099683868690e36),
+    NCType("ubyte", 7, "u1", 255),
+    NCType("ushort", 8, "u2", 65535),
+    NCType("uint", 9, "u4", 4294967295),
+    NCType("int64", 10, "i8", -9223372036854775806),
+    NCType("uint64", 11, "u8", 18446744073709551614),
+    NCType("string", 12, "", ""),
+]
+BY_NAME = {t.name: t for t in _TYPES}
+BY_CODE = {t.code: t for t in _TYPES}
+BY_LETTER = {t.letter: t for t in _TYPES if t.letter}
+CHAR = BY_NAME["char"]
+STRING = BY_NAME["string"]
+INT = BY_NAME["int"]
+DOUBLE = BY_NAME["double"]
+
+
+@dataclass(frozen=True)
+class ParsedDtype:
+    """A Zarr dtype string read as netCDF: the type, the storage dtype, and the string width."""
+
+    nctype: NCType
+    storage: np.dtype  # bytes as stored in chunks (byte order included)
+    explicit_order: bool  # "<" or ">" given (ncdump -s shows _Endianness)
+    maxstrlen: int = 0
+
+
+def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> ParsedDtype:
+    """Zarr dtype string -> netCDF type (§4.2). ``>S1`` is char in NCZarr mode; ``U1`` is 4.8/4.9.0 char."""
+    if not isinstance(text, str) or len(text) < 2:
+        raise FormatError(f"unsupported dtype {text!r} in {where}")
+    order, body = (text[0], text[1:]) if text[0] in "<>|" else ("|", text)
+    letter, size = body[:1], body[1:]
+    if not size.isdigit():
+        raise FormatError(f"unsupported dtype {text!r} in {where}")
+    if letter == "S":
+        width = int(size)
+        if width == 1 and order == ">" and not pure_zarr:
+            return ParsedDtype(CHAR, np.dtype("S1"), False)
+        return ParsedDtype(STRING, np.dtype(f"S{width}"), False, width)
+    if letter == "U" and size == "1":
+        return ParsedDtype(CHAR, np.dtype(f"{'<' if order == '|' else order}U1"), False)
+    nctype = BY_LETTER.get(body)
+    if nctype is None:
+        raise FormatError(f"unsupported dtype {text!r} in {where}: not a netCDF atomic type")
+    storage = np.dtype(body).newbyteorder("=" if order == "|" else order)
+    return ParsedDtype(nctype, storage, order in "<>" and storage.itemsize > 1)
+
+
+def dtype_string(nctype: NCType, byteorder: str = "<", maxstrlen: int = 128, dialect: str = "D3") -> str:
+    """The dtype netcdf-c writes for a variable or attribute of this type (§4.1)."""
+    if nctype is CHAR:
+        return "<U1" if dialect in ("D0", "D1") else ">S1"
+    if nctype is STRING:
+        return f"|S{maxstrlen}"
+    return byteorder + nctype.letter
+
+
+def type_of_numpy(dtype: np.dtype) -> NCType:
+    """The netCDF type of a numpy dtype (``S1``/``U1`` -> char, other ``S``/``U``/object -> string)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "SU":
+        return CHAR if dtype.itemsize in (1, 4) and dtype.kind == ("S" if dtype.itemsize == 1 else "U") else STRING
+    if dtype.kind == "O":
+        return STRING
+    if dtype.kind == "b":
+        return BY_NAME["ubyte"]
+    nctype = BY_LETTER.get(f"{dtype.kind}{dtype.itemsize}")
+    if nctype is None:
+        raise FormatError(f"numpy dtype {dtype} has no netCDF type")
+    return nctype
+
+
+def infer_json_type(value: object) -> NCType | None:
+    """netcdf-c 4.9.1+'s type for an untyped JSON attribute value; None means 'complex JSON' (char text)."""
+    if isinstance(value, list):
+        if not value or any(isinstance(v, (list, dict)) or v is None for v in value):
+            return None
+        first = infer_json_type(value[0])
+        if first is CHAR:
+            return None if len(value) > 1 else CHAR
+        return _widest(value) if first is not None and first.letter[:1] in "iu" else first
+    if isinstance(value, bool):
+        return BY_NAME["ubyte"]
+    if isinstance(value, int):
+        return _int_type(value)
+    if isinstance(value, float):
+        return DOUBLE
+    if isinstance(value, str):
+        return CHAR
+    return None
+
+
+def _int_type(value: int) -> NCType:
+    if value < 0:
+        return INT if value >= -(2**31) else BY_NAME["int64"]
+    if value <= 2**31 - 1:
+        return INT
+    if value <= 2**32 - 1:
+        return BY_NAME["uint"]
+    return BY_NAME["uint64"] if value >= 2**63 - 1 else BY_NAME["int64"]
+
+
+def _widest(values: list) -> NCType:
+    if any(isinstance(v, float) or isinstance(v, str) for v in values):
+        return DOUBLE
+    return _int_type(min(values)) if min(values) < 0 else _int_type(max(values))
+
+
+def convert_value(value: object, nctype: NCType, where: str) -> object:
+    """One JSON value as a Python number of ``nctype`` (NaN/Infinity spellings accepted for floats)."""
+    if isinstance(value, str):
+        number = special_float(value)
+        if number is None or nctype.letter[:1] != "f":
+            raise FormatError(f"{where}: {value!r} is not a {nctype.name}")
+        return number
+    if isinstance(value, bool):
+        return int(value)
+    if not isinstance(value, (int, float)):
+        raise FormatError(f"{where}: {value!r} is not a {nctype.name}")
+    if nctype.letter[:1] in "iu":
+        if isinstance(value, float) and not value.is_integer():
+            raise FormatError(f"{where}: {value!r} is not a {nctype.name}")
+        info = np.iinfo(nctype.numpy)
+        if not info.min <= int(value) <= info.max:
+            raise FormatError(f"{where}: {value!r} is out of range for {nctype.name}")
+        return int(value)
+    return float(value)

@@ -1,0 +1,181 @@
+"""Variables: Zarr array metadata read as netCDF, and chunked numpy-style reading through the zmap."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from nczmap.errors import EmptyError, FormatError
+from nczmap.format.codecs import CodecChain
+from nczmap.format.model import Attributes, Dimension, Group
+from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype
+
+
+@dataclass
+class ArrayLayout:
+    """How an array is stored: chunking, byte layout, codecs, fill value for missing chunks."""
+
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: ParsedDtype
+    fill_value: object  # None: no fill (missing chunks read as zeros)
+    codecs: CodecChain
+    separator: str = "."
+    order: str = "C"
+    scalar: bool = False
+
+
+class Variable:
+    def __init__(self, group: Group, name: str, dimensions: Sequence[Dimension], layout: ArrayLayout) -> None:
+        self.group = group
+        self.name = name
+        self.dims = tuple(dimensions)
+        self.layout = layout
+        self.attrs = Attributes()
+
+    # ----------------------------------------------------------------- metadata
+    @property
+    def key(self) -> str:
+        return self.group.path.rstrip("/") + "/" + self.name
+
+    @property
+    def path(self) -> str:
+        return self.key
+
+    @property
+    def dimensions(self) -> tuple[str, ...]:
+        return tuple(dim.name for dim in self.dims)
+
+    @property
+    def nctype(self) -> NCType:
+        return self.layout.dtype.nctype
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The numpy dtype values come back as (native byte order; char: ``S1``; string: object)."""
+        return self.nctype.numpy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return () if self.layout.scalar else self.layout.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self.layout.chunks
+
+    @property
+    def fill_value(self) -> object:
+        return self.layout.fill_value
+
+    def __repr__(self) -> str:
+        return f"<Variable {self.key!r} {self.nctype.name}{self.dimensions} shape={self.shape}>"
+
+    # ----------------------------------------------------------------- data
+    def __getitem__(self, selection: object) -> np.ndarray:
+        return self.read(selection)
+
+    def read(self, selection: object = Ellipsis) -> np.ndarray:
+        """Values selected with integers, slices (any step) and ``...``, as a numpy array."""
+        indices, squeeze = _normalize_selection(selection, self.shape, self.key)
+        if self.layout.scalar:
+            indices = [np.arange(1)]
+        out = self._empty(tuple(len(ix) for ix in indices))
+        if out.size:
+            for chunk_index, (out_ix, in_ix) in _chunk_plan(indices, self.layout.chunks):
+                chunk = self._read_chunk(chunk_index)
+                if chunk is not None:
+                    out[np.ix_(*out_ix)] = chunk[np.ix_(*in_ix)]
+        if self.layout.scalar:
+            return out.reshape(())
+        return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out
+
+    def _empty(self, shape: tuple[int, ...]) -> np.ndarray:
+        fill = self.layout.fill_value
+        if self.nctype is STRING:
+            return np.full(shape, "" if fill is None else fill, dtype=object)
+        if self.nctype is CHAR:
+            return np.full(shape, b"\x00" if fill is None else fill, dtype="S1")
+        return np.full(shape, 0 if fill is None else fill, dtype=self.dtype)
+
+    def chunk_key(self, chunk_index: Sequence[int]) -> str:
+        name = self.layout.separator.join(str(i) for i in chunk_index) if chunk_index else "0"
+        return f"{self.key}/{name}"
+
+    def _read_chunk(self, chunk_index: tuple[int, ...]) -> np.ndarray | None:
+        key = self.chunk_key(chunk_index)
+        zmap = self.group.root.zmap
+        try:
+            raw = zmap.read(key)
+        except EmptyError:
+            return None
+        return self.decode_chunk(raw, key)
+
+    def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
+        storage = self.layout.dtype.storage
+        data = self.layout.codecs.decode(raw, key)
+        count = math.prod(self.layout.chunks) if self.layout.chunks else 1
+        size = memoryview(data).nbytes
+        if size != count * storage.itemsize:
+            raise FormatError(f"chunk {key!r} holds {size} bytes, expected {count * storage.itemsize}")
+        values = np.frombuffer(data, dtype=storage).reshape(self.layout.chunks or (1,), order=self.layout.order)
+        return self._to_user(values)
+
+    def _to_user(self, values: np.ndarray) -> np.ndarray:
+        if self.nctype is STRING:
+            return np.vectorize(_decode_string, otypes=[object])(values) if values.size else values.astype(object)
+        if self.nctype is CHAR:
+            return values.astype("S1") if values.dtype.kind == "U" else values
+        return values
+
+
+def _decode_string(raw: bytes) -> str:
+    return raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
+
+
+def _normalize_selection(selection: object, shape: tuple[int, ...], where: str):
+    """Per-dimension index arrays and which dimensions an integer index removes."""
+    items = list(selection) if isinstance(selection, tuple) else [selection]
+    if items.count(Ellipsis) > 1:
+        raise IndexError(f"{where}: only one '...' allowed")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (len(shape) - len(items) + 1)
+    items += [slice(None)] * (len(shape) - len(items))
+    if len(items) != len(shape):
+        raise IndexError(f"{where}: {len(items)} indices for {len(shape)} dimensions")
+    indices, squeeze = [], []
+    for item, size in zip(items, shape, strict=True):
+        if isinstance(item, slice):
+            indices.append(np.arange(*item.indices(size)))
+            squeeze.append(False)
+        elif isinstance(item, (int, np.integer)):
+            position = int(item) + size if item < 0 else int(item)
+            if not 0 <= position < size:
+                raise IndexError(f"{where}: index {item} out of range for size {size}")
+            indices.append(np.array([position]))
+            squeeze.append(True)
+        else:
+            raise IndexError(f"{where}: unsupported index {item!r} (use integers, slices and ...)")
+    return indices, squeeze
+
+
+def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
+    """For every chunk touched: (chunk index, (positions in the output, positions in the chunk))."""
+    per_dim = []
+    for ix, size in zip(indices, chunks or (1,) * len(indices), strict=False):
+        chunk_ids = ix // size
+        groups = []
+        for chunk_id in np.unique(chunk_ids):
+            where = np.nonzero(chunk_ids == chunk_id)[0]
+            groups.append((int(chunk_id), where, ix[where] - chunk_id * size))
+        per_dim.append(groups)
+    for combo in itertools.product(*per_dim):
+        yield tuple(c[0] for c in combo), (tuple(c[1] for c in combo), tuple(c[2] for c in combo))
