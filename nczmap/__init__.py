@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessDenied",
+    "Dataset",
     "DatasetExists",
     "DatasetNotFound",
     "EmptyError",
@@ -32,6 +33,19 @@ __all__ = [
     "StorageError",
     "URLError",
     "ZMap",
+    "create_dataset",
+    "open_dataset",
     "open_map",
     "parse_url",
 ]
+
+_FORMAT_NAMES = ("Dataset", "create_dataset", "open_dataset")
+
+
+def __getattr__(name: str):
+    # The format layer needs numpy; importing it lazily keeps `nczmap search` and friends quick to start.
+    if name in _FORMAT_NAMES:
+        import nczmap.format
+
+        return getattr(nczmap.format, name)
+    raise AttributeError(f"module 'nczmap' has no attribute {name!r}")

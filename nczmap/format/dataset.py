@@ -22,16 +22,36 @@ class Dataset(Group):
         self.problems: list[tuple[str, str]] = []
         self.provenance: str | None = None  # the _NCProperties text, shown by ncdump -s
         self.consolidated = False
+        self.writer = None  # a DatasetWriter when the dataset is writable
+
+    @property
+    def writable(self) -> bool:
+        return self.writer is not None
+
+    def flush(self) -> None:
+        """Write every changed metadata object (data is written as it is assigned)."""
+        if self.writer is not None:
+            self.writer.flush()
 
     @property
     def name_for_cdl(self) -> str:
         return self.url.dataset_name if self.url is not None else "dataset"
 
     def close(self) -> None:
+        if self.zmap.closed:
+            return
+        try:
+            self.flush()
+        except BaseException:
+            self.zmap.abort()
+            raise
         self.zmap.close()
 
     def __enter__(self) -> Dataset:
         return self
 
-    def __exit__(self, *exc_info) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.zmap.abort()

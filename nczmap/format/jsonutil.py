@@ -31,7 +31,9 @@ class IntText(int):
     text: str
 
     def __new__(cls, text: str) -> IntText:
-        value = super().__new__(cls, int(text, 0) if text.lower().startswith(("0x", "+0x", "-0x")) else int(text))
+        value = super().__new__(
+            cls, int(text, 0) if text.lower().startswith(("0x", "+0x", "-0x")) else int(text)
+        )
         value.text = text
         return value
 
@@ -191,8 +193,11 @@ def read_dict(zmap, key: str) -> dict | None:
 def _escape(text: str) -> str:
     out = []
     for char in text:
-        out.append({'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-                   .get(char, char))
+        out.append(
+            {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}.get(
+                char, char
+            )
+        )
     return "".join(out)
 
 

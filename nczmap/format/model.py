@@ -6,13 +6,20 @@ indexing of variables.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from nczmap.errors import FormatError
-from nczmap.format.types import CHAR, STRING, NCType, type_of_numpy
+from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, type_of_numpy
+
+
+def _type_named(name: str) -> NCType:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise FormatError(f"unknown netCDF type {name!r}: one of {', '.join(BY_NAME)}") from None
 
 
 @dataclass
@@ -35,15 +42,18 @@ class Attribute:
         """Type a user value: str -> char, list of str -> string, numpy/Python numbers by their type."""
         if isinstance(value, str) and nctype in (None, CHAR):
             return cls(name, CHAR, value)
-        if nctype is STRING or (isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)):
+        if nctype is STRING or (
+            isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value)
+        ):
             strings = [value] if isinstance(value, str) else [str(v) for v in value]
             return cls(name, STRING, strings)
         array = np.atleast_1d(np.asarray(value))
         if array.ndim != 1:
             raise FormatError(f"attribute {name!r} must be one-dimensional, not shape {array.shape}")
         if array.dtype.kind in "iu" and nctype is None and not isinstance(value, np.ndarray | np.generic):
-            array = array.astype(np.int64 if array.min(initial=0) < -(2**31) or array.max(initial=0) >= 2**31
-                                 else np.int32)
+            array = array.astype(
+                np.int64 if array.min(initial=0) < -(2**31) or array.max(initial=0) >= 2**31 else np.int32
+            )
         if array.dtype.kind == "f" and nctype is None and not isinstance(value, np.ndarray | np.generic):
             array = array.astype(np.float64)
         target = nctype or type_of_numpy(array.dtype)
@@ -57,15 +67,29 @@ class Attributes(MutableMapping[str, object]):
 
     def __init__(self) -> None:
         self._items: dict[str, Attribute] = {}
+        self.on_change: Callable[[], None] | None = None  # set by a writable dataset
 
     def __getitem__(self, name: str) -> object:
         return self._items[name].python_value()
 
     def __setitem__(self, name: str, value: object) -> None:
-        self._items[name] = value if isinstance(value, Attribute) else Attribute.from_python(name, value)
+        self.set(name, value)
+
+    def set(self, name: str, value: object, nctype: NCType | str | None = None) -> None:
+        """Set an attribute, optionally forcing its netCDF type (``"int64"``, ``"string"``...)."""
+        if isinstance(nctype, str):
+            nctype = _type_named(nctype)
+        attribute = value if isinstance(value, Attribute) else Attribute.from_python(name, value, nctype)
+        self._changing()
+        self._items[name] = attribute
 
     def __delitem__(self, name: str) -> None:
+        self._changing()
         del self._items[name]
+
+    def _changing(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
@@ -133,10 +157,37 @@ class Group:
                 return None
         return group.dimensions.get(name)
 
+    # ----------------------------------------------------------------- building (writable datasets)
+    def create_group(self, name: str) -> Group:
+        from nczmap.format.writer import create_group
+
+        return create_group(self, name)
+
+    def create_dimension(self, name: str, size: int | None = None) -> Dimension:
+        """A new dimension; ``size=None`` makes it unlimited."""
+        from nczmap.format.writer import create_dimension
+
+        return create_dimension(self, name, size)
+
+    def create_variable(self, name: str, dimensions=(), dtype: object = "f8", *, data=None, **options):
+        """A new variable over named dimensions (searched in this group, then its ancestors).
+
+        Options: ``fill_value`` (None: no fill), ``chunks``, ``compression`` (zlib, zstd, blosc),
+        ``compression_opts``, ``shuffle``, ``endian`` (little, big, native), ``maxstrlen`` (string width).
+        """
+        from nczmap.format.writer import create_variable
+
+        variable = create_variable(self, name, dimensions, dtype, **options)
+        if data is not None:
+            variable[...] = data
+        return variable
+
     def walk(self) -> Iterator[Group]:
         yield self
         for child in self.groups.values():
             yield from child.walk()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.path!r}: {len(self.dimensions)} dims, {len(self.variables)} vars>"
+        return (
+            f"<{type(self).__name__} {self.path!r}: {len(self.dimensions)} dims, {len(self.variables)} vars>"
+        )

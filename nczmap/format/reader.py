@@ -24,8 +24,16 @@ from nczmap.url import ParsedURL
 from nczmap.zmap import ZMap
 
 _HIDDEN = frozenset(
-    ["_ARRAY_DIMENSIONS", "_NCProperties", "CLASS", "DIMENSION_LIST", "NAME", "REFERENCE_LIST",
-     "_Netcdf4Coordinates", "_Netcdf4Dimid"]
+    [
+        "_ARRAY_DIMENSIONS",
+        "_NCProperties",
+        "CLASS",
+        "DIMENSION_LIST",
+        "NAME",
+        "REFERENCE_LIST",
+        "_Netcdf4Coordinates",
+        "_Netcdf4Dimid",
+    ]
 )
 _VISIBLE_NCZARR = frozenset(["_nczarr_maxstrlen", "_nczarr_default_maxstrlen"])
 ANONYMOUS = "_Anonymous_Dim_{}"
@@ -58,8 +66,11 @@ class MetadataSource:
         """Sorted (subgroup names, array names) of a group, as pure-Zarr readers find them."""
         base = key.rstrip("/")
         if self.consolidated is not None:
-            names = {k[len(base) :].lstrip("/").split("/", 1)[0] for k in self.consolidated
-                     if ("/" + k).startswith(base + "/")}
+            names = {
+                k[len(base) :].lstrip("/").split("/", 1)[0]
+                for k in self.consolidated
+                if ("/" + k).startswith(base + "/")
+            }
         else:
             names = self.zmap.search(key)
         names = sorted(n for n in names if n and not n.startswith("."))
@@ -126,8 +137,9 @@ class _Reader:
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
         info = None if self.pure else self._group_info(key, zgroup, zattrs)
-        read_attributes(group.attrs, zattrs, self._types(key, zattrs, group=True), None, self.pure,
-                        f"{key!r}")
+        read_attributes(
+            group.attrs, zattrs, self._types(key, zattrs, group=True), None, self.pure, f"{key!r}"
+        )
         if info is None:
             subgroups, arrays = self.source.children(key)
         else:
@@ -139,8 +151,12 @@ class _Reader:
             child = Group(name, group)
             group.groups[name] = child
             child_key = _join(key, name)
-            self.group(child_key, child, self.source.get(child_key + "/.zgroup") or {},
-                       self.source.get(child_key + "/.zattrs") or {})
+            self.group(
+                child_key,
+                child,
+                self.source.get(child_key + "/.zgroup") or {},
+                self.source.get(child_key + "/.zattrs") or {},
+            )
 
     def _group_info(self, key: str, zgroup: dict, zattrs: dict) -> dict | None:
         for holder, name in ((zattrs, "_nczarr_group"), (zgroup, "_nczarr_group"), (zgroup, "_NCZARR_GROUP")):
@@ -199,8 +215,14 @@ class _Reader:
             dims, scalar = self._pure_dims(group, zattrs, layout, key)
         layout.scalar = scalar
         variable = Variable(group, name, dims, layout)
-        read_attributes(variable.attrs, zattrs, self._types(key, zattrs, group=False), layout.dtype.nctype,
-                        self.pure, f"{key!r}")
+        read_attributes(
+            variable.attrs,
+            zattrs,
+            self._types(key, zattrs, group=False),
+            layout.dtype.nctype,
+            self.pure,
+            f"{key!r}",
+        )
         return variable
 
     def _array_info(self, key: str, zarray: dict, zattrs: dict) -> dict | None:
@@ -217,7 +239,9 @@ class _Reader:
         if scalar:
             return (), True
         if not isinstance(refs, list) or len(refs) != len(layout.shape):
-            raise FormatError(f"array {key!r}: dimension references {refs!r} do not match shape {layout.shape}")
+            raise FormatError(
+                f"array {key!r}: dimension references {refs!r} do not match shape {layout.shape}"
+            )
         dims = []
         for ref, size in zip(refs, layout.shape, strict=True):
             dim = group.find_dimension(ref) if isinstance(ref, str) else None
@@ -234,7 +258,11 @@ class _Reader:
             if names:
                 raise FormatError(f"array {key!r} has shape [] but _ARRAY_DIMENSIONS {names!r}")
             return (), True
-        if isinstance(names, list) and len(names) == len(layout.shape) and all(isinstance(n, str) for n in names):
+        if (
+            isinstance(names, list)
+            and len(names) == len(layout.shape)
+            and all(isinstance(n, str) for n in names)
+        ):
             dims = [self._named_dim(group, n, size) for n, size in zip(names, layout.shape, strict=True)]
             if None not in dims:
                 return dims, False
@@ -282,8 +310,9 @@ def parse_fill(value: object, nctype: NCType, storage: np.dtype, key: str) -> ob
     return np.array(convert_value(value, nctype, f"fill_value of {key!r}")).astype(nctype.numpy)[()]
 
 
-def read_attributes(target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool,
-                    where: str) -> None:
+def read_attributes(
+    target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool, where: str
+) -> None:
     for name, value in zattrs.items():
         if is_hidden(name):
             continue

@@ -99,7 +99,11 @@ def type_of_numpy(dtype: np.dtype) -> NCType:
     """The netCDF type of a numpy dtype (``S1``/``U1`` -> char, other ``S``/``U``/object -> string)."""
     dtype = np.dtype(dtype)
     if dtype.kind in "SU":
-        return CHAR if dtype.itemsize in (1, 4) and dtype.kind == ("S" if dtype.itemsize == 1 else "U") else STRING
+        return (
+            CHAR
+            if dtype.itemsize in (1, 4) and dtype.kind == ("S" if dtype.itemsize == 1 else "U")
+            else STRING
+        )
     if dtype.kind == "O":
         return STRING
     if dtype.kind == "b":

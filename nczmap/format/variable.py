@@ -82,6 +82,9 @@ class Variable:
     def __getitem__(self, selection: object) -> np.ndarray:
         return self.read(selection)
 
+    def __setitem__(self, selection: object, values: object) -> None:
+        write_selection(self, selection, values)
+
     def read(self, selection: object = Ellipsis) -> np.ndarray:
         """Values selected with integers, slices (any step) and ``...``, as a numpy array."""
         indices, squeeze = _normalize_selection(selection, self.shape, self.key)
@@ -123,14 +126,22 @@ class Variable:
         data = self.layout.codecs.decode(raw, key)
         count = math.prod(self.layout.chunks) if self.layout.chunks else 1
         size = memoryview(data).nbytes
+        if storage.kind == "U" and size == count:
+            storage = np.dtype("S1")  # netcdf-c 4.8/4.9.0 "<U1" char data is one byte per character
         if size != count * storage.itemsize:
             raise FormatError(f"chunk {key!r} holds {size} bytes, expected {count * storage.itemsize}")
-        values = np.frombuffer(data, dtype=storage).reshape(self.layout.chunks or (1,), order=self.layout.order)
+        values = np.frombuffer(data, dtype=storage).reshape(
+            self.layout.chunks or (1,), order=self.layout.order
+        )
         return self._to_user(values)
 
     def _to_user(self, values: np.ndarray) -> np.ndarray:
         if self.nctype is STRING:
-            return np.vectorize(_decode_string, otypes=[object])(values) if values.size else values.astype(object)
+            return (
+                np.vectorize(_decode_string, otypes=[object])(values)
+                if values.size
+                else values.astype(object)
+            )
         if self.nctype is CHAR:
             return values.astype("S1") if values.dtype.kind == "U" else values
         return values
@@ -179,3 +190,92 @@ def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
         per_dim.append(groups)
     for combo in itertools.product(*per_dim):
         yield tuple(c[0] for c in combo), (tuple(c[1] for c in combo), tuple(c[2] for c in combo))
+
+
+def write_selection(variable: Variable, selection: object, values: object) -> None:
+    """Store ``values`` at ``selection``: whole chunks are encoded directly, partial ones read-modify-written."""
+    from nczmap.format.writer import writer_of
+
+    writer = writer_of(variable.group)
+    _grow_unlimited(variable, selection, writer)
+    layout = variable.layout
+    indices, squeeze = _normalize_selection(selection, variable.shape, variable.key)
+    if layout.scalar:
+        indices, squeeze = [np.arange(1)], [True]
+    kept = tuple(len(ix) for ix, sq in zip(indices, squeeze, strict=True) if not sq)
+    data = _user_values(variable, values, kept).reshape(tuple(len(ix) for ix in indices))
+    chunk_shape = layout.chunks or (1,)
+    for chunk_index, (out_ix, in_ix) in _chunk_plan(indices, layout.chunks):
+        index = () if layout.scalar else chunk_index
+        whole = all(len(ix) == size for ix, size in zip(in_ix, chunk_shape, strict=True))
+        existing = None if whole else variable._read_chunk(index)
+        chunk = variable._empty(chunk_shape) if existing is None else existing.copy()
+        chunk[np.ix_(*in_ix)] = data[np.ix_(*out_ix)]
+        key = variable.chunk_key(index)
+        variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk, key), key))
+
+
+def _grow_unlimited(variable: Variable, selection: object, writer) -> None:
+    items = list(selection) if isinstance(selection, tuple) else [selection]
+    if Ellipsis in items or len(items) != len(variable.dims):
+        return
+    for item, dim in zip(items, variable.dims, strict=True):
+        if not dim.unlimited:
+            continue
+        needed = item.stop if isinstance(item, slice) and isinstance(item.stop, int) else None
+        if isinstance(item, (int, np.integer)) and item >= 0:
+            needed = int(item) + 1
+        if needed is not None and needed > dim.size:
+            dim.size = needed
+            writer.touch_dimension_users(dim)
+
+
+def _user_values(variable: Variable, values: object, shape: tuple[int, ...]) -> np.ndarray:
+    nctype = variable.nctype
+    try:
+        if nctype is CHAR:
+            array = _char_array(values, shape)
+        elif nctype is STRING:
+            array = np.asarray(values, dtype=object)
+        else:
+            array = np.asarray(values)
+            if array.dtype.kind in "iub" and nctype.letter[0] in "iu":
+                info = np.iinfo(nctype.numpy)
+                if array.size and (array.min() < info.min or array.max() > info.max):
+                    raise FormatError(f"values out of range for {nctype.name} variable {variable.key!r}")
+            array = array.astype(nctype.numpy)
+        return np.broadcast_to(array, shape)
+    except (ValueError, TypeError) as exc:
+        raise FormatError(
+            f"cannot write {type(values).__name__} into {variable.key!r} of shape {shape}: {exc}"
+        ) from exc
+
+
+def _char_array(values: object, shape: tuple[int, ...]) -> np.ndarray:
+    if isinstance(values, (str, bytes)) or (
+        isinstance(values, list) and values and isinstance(values[0], str)
+    ):
+        rows = [values] if isinstance(values, (str, bytes)) else values
+        width = shape[-1] if shape else 1
+        encoded = [(r.encode() if isinstance(r, str) else r)[:width].ljust(width, b"\x00") for r in rows]
+        return (
+            np.frombuffer(b"".join(encoded), dtype="S1")
+            .reshape(-1, width)
+            .reshape(shape if math.prod(shape) == len(encoded) * width else (-1, width))
+        )
+    return np.asarray(values, dtype="S1")
+
+
+def _storage_bytes(variable: Variable, chunk: np.ndarray, key: str) -> bytes:
+    storage = variable.layout.dtype.storage
+    order = variable.layout.order
+    if variable.nctype is STRING:
+        encoded = [("" if v is None else str(v)).encode() for v in chunk.ravel(order=order)]
+        too_long = max((len(e) for e in encoded), default=0)
+        if too_long > storage.itemsize:
+            raise FormatError(
+                f"a string of {too_long} bytes does not fit {variable.key!r} "
+                f"(maximum {storage.itemsize}; set maxstrlen or _nczarr_maxstrlen)"
+            )
+        return np.array(encoded, dtype=storage).tobytes()
+    return np.ascontiguousarray(chunk.astype(storage, copy=False)).tobytes(order=order)

@@ -1,0 +1,277 @@
+"""Creating and updating datasets: new groups, dimensions, variables, and flushing changed metadata.
+
+Only objects that changed are rewritten (netcdf-c rewrites everything at close and, opening for update,
+loses attributes it never loaded — bug 0). Consolidated ``/.zmetadata`` is kept up to date on every flush
+when the store has one or the URL asks for it (netcdf-c leaves it stale — bug 30).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+
+from nczmap.errors import FormatError
+from nczmap.format import encode
+from nczmap.format.codecs import CodecChain
+from nczmap.format.dataset import Dataset
+from nczmap.format.model import Dimension, Group
+from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, ParsedDtype, type_of_numpy
+from nczmap.format.variable import ArrayLayout, Variable
+
+DEFAULT = object()  # "use netCDF's default fill value"
+TARGET_CHUNK_BYTES = 4 << 20
+_BAD_NAME = re.compile(r"[/\x00-\x1f\x7f]")
+
+
+class DatasetWriter:
+    def __init__(self, dataset: Dataset, dialect: str, xarray: bool, consolidated: bool) -> None:
+        self.dataset = dataset
+        self.dialect = dialect
+        self.xarray = xarray
+        self.consolidated = consolidated
+        self.dirty: dict[int, Group | Variable] = {}
+
+    # ----------------------------------------------------------------- change tracking
+    def attach(self, node: Group | Variable) -> None:
+        node.attrs.on_change = lambda: self.touch(node)
+
+    def attach_all(self) -> None:
+        for group in self.dataset.walk():
+            self.attach(group)
+            for variable in group.variables.values():
+                self.attach(variable)
+
+    def touch(self, node: Group | Variable) -> None:
+        self.dirty[id(node)] = node
+
+    def touch_dimension_users(self, dimension: Dimension) -> None:
+        self.touch(dimension.group)
+        for group in self.dataset.walk():
+            for variable in group.variables.values():
+                if any(d is dimension for d in variable.dims):
+                    variable.layout.shape = tuple(d.size for d in variable.dims)
+                    self.touch(variable)
+
+    # ----------------------------------------------------------------- flushing
+    def flush(self) -> None:
+        if not self.dirty:
+            return
+        zmap = self.dataset.zmap
+        for node in list(self.dirty.values()):
+            objects = (
+                encode.group_objects(node, self.dialect)
+                if isinstance(node, Group)
+                else encode.array_objects(node, self.dialect, self.xarray)
+            )
+            for key, value in objects.items():
+                zmap.write(key, encode.dumps(value))
+        self.dirty.clear()
+        if self.consolidated:
+            zmap.write("/.zmetadata", encode.dumps(self.consolidated_document()))
+
+    def consolidated_document(self) -> dict:
+        metadata: dict = {}
+        for group in self.dataset.walk():
+            metadata.update(_zarr_objects(encode.group_objects(group, self.dialect)))
+            for variable in group.variables.values():
+                metadata.update(_zarr_objects(encode.array_objects(variable, self.dialect, self.xarray)))
+        return {"metadata": metadata, "zarr_consolidated_format": 1}
+
+
+def _zarr_objects(objects: dict) -> dict:
+    return {
+        k.lstrip("/"): v
+        for k, v in objects.items()
+        if k.rsplit("/", 1)[-1] in (".zgroup", ".zattrs", ".zarray")
+    }
+
+
+def check_name(name: object, what: str, group: Group) -> str:
+    if not isinstance(name, str) or not name or name.startswith(".") or _BAD_NAME.search(name):
+        raise FormatError(
+            f"illegal {what} name {name!r} in group {group.path!r}: names must be non-empty, "
+            "not start with '.', and contain no '/' or control characters"
+        )
+    if name in group.variables or name in group.groups:
+        raise FormatError(f"group {group.path!r} already has a variable or group named {name!r}")
+    return name
+
+
+def writer_of(group: Group) -> DatasetWriter:
+    writer = getattr(group.root, "writer", None)
+    if writer is None:
+        raise FormatError(f"{group.root.zmap.location} is open read-only")
+    return writer
+
+
+def create_group(parent: Group, name: str) -> Group:
+    writer = writer_of(parent)
+    check_name(name, "group", parent)
+    child = Group(name, parent)
+    parent.groups[name] = child
+    writer.attach(child)
+    writer.touch(child)
+    writer.touch(parent)
+    return child
+
+
+def create_dimension(group: Group, name: str, size: int | None) -> Dimension:
+    writer = writer_of(group)
+    if not isinstance(name, str) or not name or _BAD_NAME.search(name) or name in group.dimensions:
+        raise FormatError(f"cannot create dimension {name!r} in group {group.path!r}: bad or existing name")
+    if size is not None and (not isinstance(size, (int, np.integer)) or size < 0):
+        raise FormatError(f"dimension {name!r}: size must be a non-negative integer or None (unlimited)")
+    if size is None and writer.dialect in ("D0", "D1", "D2"):
+        raise FormatError(f"dimension {name!r}: netcdf-c before 4.9.3 cannot read unlimited dimensions")
+    dimension = Dimension(name, int(size or 0), size is None, group)
+    group.dimensions[name] = dimension
+    writer.touch(group)
+    return dimension
+
+
+def resolve_dimension(group: Group, name: str | Dimension) -> Dimension:
+    if isinstance(name, Dimension):
+        return name
+    if isinstance(name, str) and name.startswith("/"):
+        found = group.find_dimension(name)
+        if found is not None:
+            return found
+    scope: Group | None = group
+    while scope is not None:
+        if name in scope.dimensions:
+            return scope.dimensions[name]
+        scope = scope.parent
+    raise FormatError(f"dimension {name!r} is not defined in group {group.path!r} or its ancestors")
+
+
+def create_variable(
+    group: Group,
+    name: str,
+    dimensions: Sequence[str | Dimension] = (),
+    dtype: object = "f8",
+    *,
+    fill_value: object = DEFAULT,
+    chunks: Sequence[int] | None = None,
+    compression: str | None = None,
+    compression_opts: int | None = None,
+    shuffle: bool = False,
+    endian: str = "little",
+    maxstrlen: int | None = None,
+    filters: list[dict] | None = None,
+    compressor: dict | None = None,
+    separator: str = ".",
+) -> Variable:
+    writer = writer_of(group)
+    check_name(name, "variable", group)
+    if isinstance(dimensions, str):
+        dimensions = (dimensions,)
+    dims = [resolve_dimension(group, d) for d in dimensions]
+    nctype = dtype if isinstance(dtype, NCType) else _nctype_of(dtype)
+    if nctype is STRING and writer.dialect in ("D0", "D1"):
+        raise FormatError(f"variable {name!r}: netcdf-c before 4.9.1 cannot read string variables")
+    storage = _storage_dtype(nctype, endian, maxstrlen, group, name)
+    if writer.dialect in ("D0", "D1") and storage.byteorder == ">":
+        storage = storage.newbyteorder("<")  # netcdf-c 4.9.0 reads and writes big-endian data wrongly
+    shape = tuple(d.size for d in dims)
+    unlimited = tuple(d.unlimited for d in dims)
+    chunks = (
+        _check_chunks(chunks, shape, name)
+        if chunks is not None
+        else default_chunks(shape, unlimited, storage.itemsize)
+    )
+    codecs = CodecChain(list(filters or []), compressor, storage.itemsize)
+    if shuffle:
+        codecs.filters.append({"id": "shuffle", "elementsize": storage.itemsize})
+    if compression is not None:
+        codecs.compressor = _compressor(compression, compression_opts, storage.itemsize)
+    parsed = ParsedDtype(
+        nctype,
+        storage,
+        nctype.letter != "" and storage.itemsize > 1,
+        storage.itemsize if nctype is STRING else 0,
+    )
+    fill = _fill(nctype, fill_value)
+    layout = ArrayLayout(shape, tuple(chunks), parsed, fill, codecs, separator, "C", scalar=not dims)
+    if not dims and writer.dialect == "D1":
+        warnings.warn(f"netcdf-c 4.9.0 crashes on scalar variables such as {name!r}", stacklevel=3)
+    variable = Variable(group, name, dims, layout)
+    if fill_value is not DEFAULT and fill_value is not None:
+        variable.attrs.set("_FillValue", np.array([fill]) if not nctype.is_text else fill_value, nctype)
+    group.variables[name] = variable
+    writer.attach(variable)
+    writer.touch(variable)
+    writer.touch(group)
+    return variable
+
+
+def _nctype_of(dtype: object) -> NCType:
+    if isinstance(dtype, str) and dtype in BY_NAME:
+        return BY_NAME[dtype]
+    if dtype is str:
+        return STRING
+    try:
+        return type_of_numpy(np.dtype(dtype))
+    except TypeError as exc:
+        raise FormatError(f"unknown variable type {dtype!r}") from exc
+
+
+def _storage_dtype(nctype: NCType, endian: str, maxstrlen: int | None, group: Group, name: str) -> np.dtype:
+    if nctype is CHAR:
+        return np.dtype("S1")
+    if nctype is STRING:
+        default = group.root.attrs.get("_nczarr_default_maxstrlen", 128)
+        return np.dtype(f"S{int(maxstrlen or default)}")
+    order = {"little": "<", "big": ">", "native": "="}.get(endian)
+    if order is None:
+        raise FormatError(f"variable {name!r}: endian must be 'little', 'big' or 'native', not {endian!r}")
+    return np.dtype(nctype.letter).newbyteorder(order)
+
+
+def _fill(nctype: NCType, fill_value: object) -> object:
+    if fill_value is None:
+        return None
+    if fill_value is DEFAULT:
+        fill_value = nctype.fill
+    if nctype is CHAR:
+        return fill_value.encode() if isinstance(fill_value, str) else bytes(fill_value)[:1] or b"\x00"
+    if nctype is STRING:
+        return str(fill_value)
+    return np.array(fill_value).astype(nctype.numpy)[()]
+
+
+def _compressor(name: str, level: int | None, itemsize: int) -> dict:
+    if name in ("zlib", "gzip", "deflate"):
+        return {"id": "zlib", "level": 4 if level is None else int(level)}
+    if name == "zstd":
+        return {"id": "zstd", "level": 3 if level is None else int(level)}
+    if name == "blosc":
+        return {
+            "id": "blosc",
+            "cname": "lz4",
+            "clevel": 5 if level is None else int(level),
+            "shuffle": 1,
+            "blocksize": 0,
+        }
+    raise FormatError(f"unknown compression {name!r}: use zlib, zstd or blosc")
+
+
+def _check_chunks(chunks: Sequence[int], shape: tuple[int, ...], name: str) -> tuple[int, ...]:
+    chunks = tuple(int(c) for c in chunks)
+    if len(chunks) != len(shape) or any(c < 1 for c in chunks):
+        raise FormatError(f"variable {name!r}: chunks {chunks} do not fit shape {shape}")
+    return chunks
+
+
+def default_chunks(shape: tuple[int, ...], unlimited: tuple[bool, ...], itemsize: int) -> tuple[int, ...]:
+    """Whole array up to 4 MiB; unlimited dimensions chunk by 1 (1-D: 4096 bytes), like netCDF-4."""
+    if len(shape) == 1 and unlimited[0]:
+        return (max(1, 4096 // itemsize),)
+    chunks = [1 if u else max(1, s) for s, u in zip(shape, unlimited, strict=True)]
+    while math.prod(chunks) * itemsize > TARGET_CHUNK_BYTES:
+        largest = max(range(len(chunks)), key=chunks.__getitem__)
+        chunks[largest] = (chunks[largest] + 1) // 2
+    return tuple(chunks)
