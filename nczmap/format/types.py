@@ -145,7 +145,7 @@ def _int_type(value: int) -> NCType:
 
 
 def _widest(values: list) -> NCType:
-    if any(isinstance(v, float) or isinstance(v, str) for v in values):
+    if any(isinstance(v, (float, str)) for v in values):
         return DOUBLE
     return _int_type(min(values)) if min(values) < 0 else _int_type(max(values))
 

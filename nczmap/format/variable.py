@@ -193,7 +193,7 @@ def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
 
 
 def write_selection(variable: Variable, selection: object, values: object) -> None:
-    """Store ``values`` at ``selection``: whole chunks are encoded directly, partial ones read-modify-written."""
+    """Store ``values`` at ``selection``; chunks only partly covered are read, modified and rewritten."""
     from nczmap.format.writer import writer_of
 
     writer = writer_of(variable.group)
