@@ -27,6 +27,28 @@ def _dump(args: argparse.Namespace) -> None:
             _write_line(record)
 
 
+def _copy(args: argparse.Namespace) -> None:
+    from nczmap.copy import copy, terminal_progress
+
+    copy(args.source, args.destination, args.netcdf_version, terminal_progress())
+
+
+def _ncdump(args: argparse.Namespace) -> None:
+    from nczmap.cdl import dump_cdl
+    from nczmap.format import open_dataset
+
+    variables = [name for name in args.variables.split(",") if name] if args.variables else None
+    with open_dataset(args.url, "r") as dataset:
+        dump_cdl(
+            dataset,
+            sys.stdout.buffer,
+            header_only=args.header,
+            special=args.special,
+            name=args.name,
+            variables=variables,
+        )
+
+
 def _write_line(data: bytes) -> None:
     sys.stdout.buffer.write(data + b"\n")
 
@@ -53,6 +75,31 @@ def build_parser() -> argparse.ArgumentParser:
         "-H", "--header", action="store_true", help="metadata only: chunk values are shown as ... (zmapio -h)"
     )
     dump.set_defaults(run=_dump)
+
+    copier = commands.add_parser("copy", help="copy a dataset (or a netCDF-4 file) to another URL")
+    copier.add_argument("source", help="dataset URL or path, or a netCDF-4/HDF5 file")
+    copier.add_argument("destination", help="URL or path of the new dataset (.zip paths make a zip)")
+    copier.add_argument(
+        "--netcdf-version",
+        default=None,
+        help="netcdf-c release that must read the result (4.8.0, 4.9.0, 4.9.2; default 4.9.3+)",
+    )
+    copier.set_defaults(run=_copy)
+
+    ncdump = commands.add_parser(
+        "ncdump", help="print the dataset as CDL, exactly like netcdf-c's ncdump", add_help=False
+    )
+    ncdump.add_argument("url", help="dataset URL (e.g. file:///data/x.file#mode=nczarr,file) or path")
+    ncdump.add_argument("--help", action="help", help="show this help message and exit")
+    ncdump.add_argument("-h", dest="header", action="store_true", help="header only: no data section")
+    ncdump.add_argument(
+        "-s", dest="special", action="store_true", help="also show virtual attributes (_Storage ...)"
+    )
+    ncdump.add_argument("-n", dest="name", default=None, help="dataset name for the netcdf line")
+    ncdump.add_argument(
+        "-v", dest="variables", default=None, metavar="VAR,...", help="data of these variables only"
+    )
+    ncdump.set_defaults(run=_ncdump)
     return parser
 
 

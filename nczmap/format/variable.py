@@ -108,6 +108,12 @@ class Variable:
             return np.full(shape, b"\x00" if fill is None else fill, dtype="S1")
         return np.full(shape, 0 if fill is None else fill, dtype=self.dtype)
 
+    def region_is_empty(self, region: tuple[slice, ...]) -> bool:
+        """True when no chunk overlapping ``region`` is stored (it reads as fill values)."""
+        indices, _ = _normalize_selection(region, self.shape, self.key)
+        zmap = self.group.root.zmap
+        return not any(zmap.exists(self.chunk_key(index)) for index, _ in _chunk_plan(indices, self.chunks))
+
     def chunk_key(self, chunk_index: Sequence[int]) -> str:
         name = self.layout.separator.join(str(i) for i in chunk_index) if chunk_index else "0"
         return f"{self.key}/{name}"

@@ -200,7 +200,7 @@ def create_variable(
         warnings.warn(f"netcdf-c 4.9.0 crashes on scalar variables such as {name!r}", stacklevel=3)
     variable = Variable(group, name, dims, layout)
     if fill_value is not DEFAULT and fill_value is not None:
-        variable.attrs.set("_FillValue", np.array([fill]) if not nctype.is_text else fill_value, nctype)
+        variable.attrs.set("_FillValue", _fill_attribute(nctype, fill), nctype)
     group.variables[name] = variable
     writer.attach(variable)
     writer.touch(variable)
@@ -241,6 +241,12 @@ def _fill(nctype: NCType, fill_value: object) -> object:
     if nctype is STRING:
         return str(fill_value)
     return np.array(fill_value).astype(nctype.numpy)[()]
+
+
+def _fill_attribute(nctype: NCType, fill: object) -> object:
+    if nctype is CHAR:
+        return fill.decode("latin-1")
+    return [fill] if nctype is STRING else np.array([fill])
 
 
 def _compressor(name: str, level: int | None, itemsize: int) -> dict:

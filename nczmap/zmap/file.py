@@ -181,6 +181,10 @@ class FileMap(ZMap):
         if delete:
             shutil.rmtree(self.root, ignore_errors=True)
 
+    def abort(self) -> None:
+        """Close; a dataset being created (mode ``w``) is removed, as netcdf-c's ``nc_abort`` does."""
+        self.close(delete=self.mode == "w" and not self.closed)
+
 
 def _path_kind(path: str) -> str:
     try:

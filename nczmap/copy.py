@@ -1,0 +1,182 @@
+"""Copy any dataset nczmap reads (or a netCDF-4/HDF5 file, through netCDF4-python) to any URL it writes.
+
+Chunk by chunk in bounded memory: when source and destination store an array identically (same dtype,
+chunks, codecs, separator), chunk bytes are copied as they are, without decoding; otherwise each
+destination chunk is read from the source as a region and encoded once. Missing chunks stay missing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from nczmap.errors import EmptyError
+from nczmap.format import Dataset, Group, Variable, create_dataset, open_dataset
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+Progress = Callable[[int, int], None]
+
+
+def copy(
+    source: str, destination: str, netcdf_version: str | None = None, progress: Progress | None = None
+) -> None:
+    """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``."""
+    if _is_hdf5(source):
+        from nczmap.netcdf4_source import open_netcdf4
+
+        reader = open_netcdf4(source)
+    else:
+        reader = open_dataset(source, "r")
+    try:
+        with create_dataset(destination, netcdf_version) as target:
+            _copy_group(reader, target)
+            total = sum(_chunk_count(v) for g in target.walk() for v in g.variables.values())
+            done = 0
+            for group in reader.walk():
+                for variable in group.variables.values():
+                    dest = _counterpart(target, variable)
+                    for _ in _copy_data(variable, dest):
+                        done += 1
+                        if progress is not None:
+                            progress(done, total)
+    finally:
+        reader.close()
+
+
+def _is_hdf5(source: str) -> bool:
+    if "://" in source or "#" in source:
+        return False
+    try:
+        with open(source, "rb") as handle:
+            return handle.read(8) == HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+def _copy_group(source: Group, target: Group) -> None:
+    for attribute in source.attrs.all_typed():
+        target.attrs.set(attribute.name, attribute)
+    for dim in source.dimensions.values():
+        created = target.create_dimension(dim.name, None if dim.unlimited else dim.size)
+        created.size = dim.size  # an unlimited dimension starts at its current length
+    for name, variable in source.variables.items():
+        _create_like(target, name, variable)
+    for name, child in source.groups.items():
+        _copy_group(child, target.create_group(name))
+
+
+def _create_like(target: Group, name: str, variable: Variable) -> None:
+    layout = variable.layout
+    storage = layout.dtype.storage
+    options = dict(
+        fill_value=layout.fill_value,
+        chunks=None if layout.scalar else layout.chunks,
+        filters=list(layout.codecs.filters) or None,
+        compressor=layout.codecs.compressor,
+        separator=layout.separator,
+    )
+    if variable.nctype.name == "string":
+        options["maxstrlen"] = storage.itemsize
+    elif storage.itemsize > 1 and storage.byteorder in "<>":
+        options["endian"] = "big" if storage.byteorder == ">" else "little"
+    dims = [dim.path for dim in variable.dims]
+    created = target.create_variable(name, dims, variable.nctype, **options)
+    for implicit in list(created.attrs):
+        del created.attrs[implicit]  # the source's own attributes, _FillValue included, follow
+    for attribute in variable.attrs.all_typed():
+        created.attrs.set(attribute.name, attribute)
+
+
+def _counterpart(target: Dataset, variable: Variable) -> Variable:
+    group: Group = target
+    for name in variable.group.path.strip("/").split("/"):
+        if name:
+            group = group.groups[name]
+    return group.variables[variable.name]
+
+
+def _chunk_count(variable: Variable) -> int:
+    layout = variable.layout
+    if layout.scalar:
+        return 1
+    return math.prod(math.ceil(s / c) for s, c in zip(layout.shape, layout.chunks, strict=True))
+
+
+def chunk_grid(variable: Variable) -> Iterator[tuple[int, ...]]:
+    layout = variable.layout
+    if layout.scalar:
+        yield ()
+        return
+    counts = [math.ceil(s / c) for s, c in zip(layout.shape, layout.chunks, strict=True)]
+    yield from itertools.product(*(range(n) for n in counts))
+
+
+def _same_storage(source: Variable, dest: Variable) -> bool:
+    a, b = source.layout, dest.layout
+    return (
+        getattr(source.group.root, "zmap", None) is not None
+        and a.dtype.storage == b.dtype.storage
+        and a.chunks == b.chunks
+        and a.codecs.configs == b.codecs.configs
+        and a.order == b.order
+    )
+
+
+def _copy_data(source: Variable, dest: Variable) -> Iterator[None]:
+    raw = _same_storage(source, dest)
+    source_map = getattr(source.group.root, "zmap", None)
+    for index in chunk_grid(dest):
+        if raw:
+            try:
+                data = source_map.read(source.chunk_key(index))
+            except EmptyError:
+                data = None
+            if data is not None:
+                dest.group.root.zmap.write(dest.chunk_key(index), data)
+        else:
+            _copy_region(source, dest, index)
+        yield None
+
+
+def _copy_region(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:
+    if dest.layout.scalar:
+        dest[...] = source[...]
+        return
+    region = tuple(
+        slice(i * c, min((i + 1) * c, s)) for i, c, s in zip(index, dest.chunks, dest.shape, strict=True)
+    )
+    empty = source.region_is_empty(region)
+    if empty:
+        return
+    values = source[region]
+    if empty is None and _all_fill(values, dest.fill_value):
+        return  # the source cannot say whether this chunk exists: an all-fill chunk need not
+    dest[region] = values
+
+
+def _all_fill(values: np.ndarray, fill: object) -> bool:
+    if fill is None or values.dtype == object:
+        return False
+    if values.dtype.kind == "f" and np.isnan(fill):
+        return bool(np.isnan(values).all())
+    return bool((values == fill).all())
+
+
+def terminal_progress(stream=sys.stderr) -> Progress | None:
+    """A one-line progress bar on a terminal; None when ``stream`` is not one."""
+    if not stream.isatty():
+        return None
+
+    def show(done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        stream.write(f"\rcopying [{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks")
+        if done >= total:
+            stream.write("\n")
+        stream.flush()
+
+    return show

@@ -1,0 +1,153 @@
+"""A netCDF-4/HDF5 file read through netCDF4-python, presented as nczmap's model (for ``nczmap copy``).
+
+netCDF4-python is an optional dependency (``pip install 'nczmap[netcdf4]'``). It cannot tell a
+one-valued NC_STRING attribute from a char attribute; such attributes are copied as char.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nczmap.errors import DriverNotAvailable, FormatError
+from nczmap.format.codecs import CodecChain
+from nczmap.format.model import Dimension, Group
+from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype, type_of_numpy
+from nczmap.format.variable import ArrayLayout, Variable
+from nczmap.format.writer import default_chunks
+
+
+class NetCDF4Variable(Variable):
+    def __init__(self, group: Group, name: str, dims, layout: ArrayLayout, source) -> None:
+        super().__init__(group, name, dims, layout)
+        self.source = source
+
+    def read(self, selection: object = Ellipsis) -> np.ndarray:
+        values = self.source[selection]
+        if self.nctype is STRING:
+            return np.asarray(values, dtype=object)
+        return np.asarray(values)
+
+    def region_is_empty(self, region: tuple[slice, ...]) -> bool | None:
+        return None  # HDF5 does not say which chunks are allocated
+
+
+class NetCDF4File(Group):
+    def __init__(self, handle) -> None:
+        super().__init__("/", None)
+        self.handle = handle
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def open_netcdf4(path: str) -> NetCDF4File:
+    try:
+        import netCDF4
+    except ImportError as exc:
+        raise DriverNotAvailable(
+            f"reading {path!r} needs netCDF4-python: pip install 'nczmap[netcdf4]'"
+        ) from exc
+    try:
+        handle = netCDF4.Dataset(path, "r")
+    except OSError as exc:
+        raise FormatError(f"cannot open {path!r} as netCDF: {exc}") from exc
+    root = NetCDF4File(handle)
+    _load_group(handle, root)
+    return root
+
+
+def _load_group(source, group: Group) -> None:
+    source.set_auto_maskandscale(False)
+    source.set_auto_chartostring(False)
+    for name in source.ncattrs():
+        group.attrs[name] = source.getncattr(name)
+    for name, dim in source.dimensions.items():
+        group.dimensions[name] = Dimension(name, len(dim), dim.isunlimited(), group)
+    for name, variable in source.variables.items():
+        group.variables[name] = _variable(group, name, variable)
+    for name, child in source.groups.items():
+        sub = Group(name, group)
+        group.groups[name] = sub
+        _load_group(child, sub)
+
+
+def _find_dimension(group: Group, name: str) -> Dimension:
+    scope: Group | None = group
+    while scope is not None:
+        if name in scope.dimensions:
+            return scope.dimensions[name]
+        scope = scope.parent
+    raise FormatError(f"dimension {name!r} of group {group.path!r} not found")
+
+
+def _variable(group: Group, name: str, source) -> NetCDF4Variable:
+    nctype = _nctype(source)
+    dims = [_find_dimension(group, d) for d in source.dimensions]
+    shape = tuple(d.size for d in dims)
+    storage = _storage(source, nctype)
+    chunking = source.chunking()
+    if not dims:
+        chunks: tuple[int, ...] = ()
+    elif chunking == "contiguous" or chunking is None:
+        chunks = default_chunks(shape, tuple(d.unlimited for d in dims), storage.itemsize)
+    else:
+        chunks = tuple(int(c) for c in chunking)
+    layout = ArrayLayout(
+        shape,
+        chunks,
+        ParsedDtype(nctype, storage, storage.byteorder in "<>"),
+        _fill(source, nctype),
+        _codecs(source, storage.itemsize),
+        ".",
+        "C",
+        scalar=not dims,
+    )
+    variable = NetCDF4Variable(group, name, dims, layout, source)
+    for attribute in source.ncattrs():
+        variable.attrs.set(
+            attribute, source.getncattr(attribute), nctype if attribute == "_FillValue" else None
+        )
+    return variable
+
+
+def _nctype(source) -> NCType:
+    if source.dtype is str:
+        return STRING
+    dtype = np.dtype(source.dtype)
+    if dtype.kind == "S" and dtype.itemsize == 1:
+        return CHAR
+    return type_of_numpy(dtype)
+
+
+def _storage(source, nctype: NCType) -> np.dtype:
+    if nctype is CHAR:
+        return np.dtype("S1")
+    if nctype is STRING:
+        width = int(getattr(source, "_nczarr_maxstrlen", 0) or 0)
+        if not width:
+            values = np.asarray(source[...], dtype=object).ravel()
+            width = max((len(str(v).encode()) for v in values), default=1)
+        return np.dtype(f"S{max(width, 1)}")
+    order = {"little": "<", "big": ">"}.get(source.endian(), "<")
+    return np.dtype(nctype.letter).newbyteorder(order)
+
+
+def _fill(source, nctype: NCType) -> object:
+    fill = source.get_fill_value() if hasattr(source, "get_fill_value") else None
+    if "_FillValue" in source.ncattrs():
+        fill = source.getncattr("_FillValue")
+    if fill is None or nctype.is_text:
+        return None if fill is None else (b"\x00" if nctype is CHAR else "")
+    return np.array(fill).astype(nctype.numpy)[()]
+
+
+def _codecs(source, itemsize: int) -> CodecChain:
+    settings = source.filters() or {}
+    chain = CodecChain(itemsize=itemsize)
+    if settings.get("shuffle"):
+        chain.filters.append({"id": "shuffle", "elementsize": itemsize})
+    if settings.get("zlib"):
+        chain.compressor = {"id": "zlib", "level": int(settings.get("complevel") or 4)}
+    elif settings.get("zstd"):
+        chain.compressor = {"id": "zstd", "level": int(settings.get("complevel") or 3)}
+    return chain

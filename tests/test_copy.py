@@ -1,0 +1,135 @@
+"""``nczmap copy``: netCDF-4 files and stores to file, zip and pure-Zarr stores, read by netCDF4-python."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import netCDF4
+import numpy as np
+import pytest
+
+import nczmap
+from nczmap.copy import copy
+
+
+@pytest.fixture
+def source_nc(tmp_path):
+    """A netCDF-4 file written by netCDF4-python: the oracle every copy is compared with."""
+    path = tmp_path / "source.nc"
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.title = "copy test"
+        ds.setncattr("count", np.int64(2**40))
+        ds.createDimension("x", 4)
+        ds.createDimension("y", 3)
+        ds.createDimension("t", None)
+        v = ds.createVariable(
+            "v", "i4", ("x", "y"), fill_value=-1, zlib=True, shuffle=True, chunksizes=(2, 3)
+        )
+        v.units = "m"
+        v[:2, :] = np.arange(6).reshape(2, 3)
+        f = ds.createVariable("f", np.dtype(">f4"), ("t",), endian="big")
+        f[0:3] = [1.5, np.nan, -2.25]
+        ds.createVariable("c", "S1", ("y",))[:] = np.array([b"a", b"b", b"c"])
+        ds.createVariable("s", str, ("x",))[:] = np.array(["a", "bb", "ccc", "dddd"], dtype=object)
+        ds.createVariable("scalar", "f8", ())[...] = 3.25
+        g = ds.createGroup("g")
+        g.createDimension("z", 2)
+        g.createVariable("w", "u8", ("z", "y"))[:] = np.arange(6, dtype="u8").reshape(2, 3) * 2**40
+    return path
+
+
+def snapshot(url: str) -> dict:
+    """Everything libnetcdf 4.10 reports about a dataset: the comparison oracle."""
+    result = {}
+    with netCDF4.Dataset(url) as ds:
+        for group in _walk(ds):
+            group.set_auto_maskandscale(False)
+            result[group.path] = {
+                "attrs": {a: _plain(group.getncattr(a)) for a in group.ncattrs()},
+                "dims": {n: (len(d), d.isunlimited()) for n, d in group.dimensions.items()},
+                "vars": {
+                    n: (
+                        str(v.dtype),
+                        v.dimensions,
+                        {a: _plain(v.getncattr(a)) for a in v.ncattrs()},
+                        _plain(v[...]),
+                    )
+                    for n, v in group.variables.items()
+                },
+            }
+    return result
+
+
+def _walk(group):
+    yield group
+    for child in group.groups.values():
+        yield from _walk(child)
+
+
+def _plain(value):
+    if isinstance(value, np.ndarray):
+        values = np.asarray(value).tolist()
+        if value.dtype.kind == "f":
+            values = np.where(np.isnan(value), "NaN", value.astype(str)).tolist()  # NaN == NaN here
+        return (value.dtype.str if value.dtype != object else "O", values)
+    if isinstance(value, np.generic):
+        return (value.dtype.str, value.item())
+    return value
+
+
+@pytest.mark.parametrize("suffix", ["file", "zip"])
+def test_netcdf4_file_to_store(source_nc, tmp_path, suffix):
+    destination = tmp_path / f"out.{suffix}"
+    copy(str(source_nc), str(destination))
+    if suffix == "zip":  # libnetcdf here has no zip support: unpack it with nczmap's zip reading
+        copy(str(destination), str(tmp_path / "unzipped.file"))
+        destination = tmp_path / "unzipped.file"
+    url = destination.as_uri() + "#mode=nczarr,file"
+    expected, actual = snapshot(str(source_nc)), snapshot(url)
+    assert actual == expected
+
+
+def test_store_to_store_copies_chunk_bytes_and_keeps_missing_chunks(source_nc, tmp_path):
+    first = tmp_path / "first.file"
+    copy(str(source_nc), str(first))
+    second = tmp_path / "second.zip"
+    copy(str(first), str(second))
+    with nczmap.open_map(str(first), "r") as a, nczmap.open_map(str(second), "r") as b:
+        assert list(a.objects("/v")) == ["/v/.zarray", "/v/.zattrs", "/v/0.0"]  # chunk 1.0 never written
+        assert list(b.objects("/v")) == list(a.objects("/v"))
+        assert b.read("/v/0.0") == a.read("/v/0.0")
+
+
+def test_pure_zarr_destination(source_nc, tmp_path):
+    url = (tmp_path / "pz.file").as_uri() + "#mode=zarr,file"
+    copy(str(source_nc), url)
+    with netCDF4.Dataset(url) as ds:
+        assert ds.variables["v"][:2, :].tolist() == [[0, 1, 2], [3, 4, 5]]
+        assert ds.variables["v"].dimensions == ("x", "y")
+    with nczmap.open_dataset(url) as ds:
+        assert ds.dialect == "PZ"
+
+
+def test_netcdf_version_selects_the_dialect(source_nc, tmp_path):
+    for version, dialect in (("4.9.0", "D1"), ("4.9.2", "D2"), ("4.8.0", "D0"), (None, "D3")):
+        destination = tmp_path / f"v{version}.file"
+        with nczmap.open_dataset(str(tmp_path / "plain.file"), "w") as plain:
+            plain.create_dimension("x", 2)
+            plain.create_variable("v", ("x",), "i2", data=[1, 2])
+        copy(str(tmp_path / "plain.file"), str(destination), version)
+        with nczmap.open_dataset(str(destination)) as ds:
+            assert ds.dialect == dialect
+            assert ds.variables["v"][:].tolist() == [1, 2]
+
+
+def test_cli_copy_and_errors(source_nc, tmp_path):
+    run = [sys.executable, "-m", "nczmap", "copy"]
+    ok = subprocess.run([*run, str(source_nc), str(tmp_path / "cli.zip")], capture_output=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert (tmp_path / "cli.zip").exists()
+    missing = subprocess.run(
+        [*run, str(tmp_path / "absent.file"), str(tmp_path / "x.zip")], capture_output=True, timeout=120
+    )
+    assert missing.returncode == 1 and b"absent.file" in missing.stderr
+    assert not (tmp_path / "x.zip").exists()
