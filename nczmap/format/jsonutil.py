@@ -20,7 +20,11 @@ class FloatText(float):
     text: str
 
     def __new__(cls, text: str) -> FloatText:
-        value = super().__new__(cls, _float_value(text))
+        try:
+            number = float(text)
+        except ValueError:
+            number = _float_value(text)
+        value = super().__new__(cls, number)
         value.text = text
         return value
 
@@ -54,6 +58,8 @@ def _float_value(text: str) -> float:
     return float(text) if special is None else special
 
 
+# Integers need no source text: standard JSON integers print back exactly as Python prints them.
+_DECODER = json.JSONDecoder(parse_float=FloatText, parse_constant=FloatText)
 _LOOSE_NUMBER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)")
 _BARE_WORD = re.compile(r"[A-Za-z0-9_$+\-.]+")
 
@@ -66,7 +72,7 @@ def loads(text: str | bytes, where: str = "") -> object:
         except UnicodeDecodeError:
             text = text.decode("latin-1")
     try:
-        return json.loads(text, parse_float=FloatText, parse_int=IntText, parse_constant=FloatText)
+        return _DECODER.decode(text)
     except (ValueError, RecursionError):
         pass
     try:

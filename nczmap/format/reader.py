@@ -346,7 +346,7 @@ def make_attribute(name: str, value: object, nctype: NCType | None, where: str) 
         converted = [convert_value(v, nctype, where) for v in values]
     except FormatError:
         return Attribute(name, CHAR, netcdf_text(value))
-    return Attribute(name, nctype, np.array(converted).astype(nctype.numpy))
+    return Attribute(name, nctype, np.array(converted, dtype=nctype.numpy))
 
 
 def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,10 @@ class NCType:
     code: int  # nc_type number (D0 attribute types use it)
     letter: str  # Zarr dtype kind + size, e.g. "i4"; "" for char/string
     fill: object  # netCDF default fill value
+
+    @property
+    def is_integer(self) -> bool:
+        return self.letter[:1] in ("i", "u")
 
     @property
     def is_text(self) -> bool:
@@ -48,6 +53,9 @@ _TYPES = [
 BY_NAME = {t.name: t for t in _TYPES}
 BY_CODE = {t.code: t for t in _TYPES}
 BY_LETTER = {t.letter: t for t in _TYPES if t.letter}
+_INT_RANGES = {
+    t.letter: (int(np.iinfo(t.letter).min), int(np.iinfo(t.letter).max)) for t in _TYPES if t.is_integer
+}
 CHAR = BY_NAME["char"]
 STRING = BY_NAME["string"]
 INT = BY_NAME["int"]
@@ -66,12 +74,23 @@ class ParsedDtype:
 
 def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> ParsedDtype:
     """Zarr dtype string -> netCDF type (§4.2). ``>S1`` is char in NCZarr mode; ``U1`` is 4.8/4.9.0 char."""
-    if not isinstance(text, str) or len(text) < 2:
+    if not isinstance(text, str):
         raise FormatError(f"unsupported dtype {text!r} in {where}")
+    parsed = _parse_dtype(text, pure_zarr)
+    if isinstance(parsed, str):
+        raise FormatError(f"unsupported dtype {text!r} in {where}{parsed}")
+    return parsed
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_dtype(text: str, pure_zarr: bool) -> ParsedDtype | str:
+    """The parsed dtype, or the reason it is not a netCDF type (cached: stores repeat a few dtypes)."""
+    if len(text) < 2:
+        return ""
     order, body = (text[0], text[1:]) if text[0] in "<>|" else ("|", text)
     letter, size = body[:1], body[1:]
     if not size.isdigit():
-        raise FormatError(f"unsupported dtype {text!r} in {where}")
+        return ""
     if letter == "S":
         width = int(size)
         if width == 1 and order == ">" and not pure_zarr:
@@ -81,7 +100,7 @@ def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> Parse
         return ParsedDtype(CHAR, np.dtype(f"{'<' if order == '|' else order}U1"), False)
     nctype = BY_LETTER.get(body)
     if nctype is None:
-        raise FormatError(f"unsupported dtype {text!r} in {where}: not a netCDF atomic type")
+        return ": not a netCDF atomic type"
     storage = np.dtype(body).newbyteorder("=" if order == "|" else order)
     return ParsedDtype(nctype, storage, order in "<>" and storage.itemsize > 1)
 
@@ -122,7 +141,7 @@ def infer_json_type(value: object) -> NCType | None:
         first = infer_json_type(value[0])
         if first is CHAR:
             return None if len(value) > 1 else CHAR
-        return _widest(value) if first is not None and first.letter[:1] in "iu" else first
+        return _widest(value) if first is not None and first.is_integer else first
     if isinstance(value, bool):
         return BY_NAME["ubyte"]
     if isinstance(value, int):
@@ -161,11 +180,11 @@ def convert_value(value: object, nctype: NCType, where: str) -> object:
         return int(value)
     if not isinstance(value, (int, float)):
         raise FormatError(f"{where}: {value!r} is not a {nctype.name}")
-    if nctype.letter[:1] in "iu":
+    if nctype.is_integer:
         if isinstance(value, float) and not value.is_integer():
             raise FormatError(f"{where}: {value!r} is not a {nctype.name}")
-        info = np.iinfo(nctype.numpy)
-        if not info.min <= int(value) <= info.max:
+        low, high = _INT_RANGES[nctype.letter]
+        if not low <= int(value) <= high:
             raise FormatError(f"{where}: {value!r} is out of range for {nctype.name}")
         return int(value)
     return float(value)

@@ -245,7 +245,7 @@ def _user_values(variable: Variable, values: object, shape: tuple[int, ...]) -> 
             array = np.asarray(values, dtype=object)
         else:
             array = np.asarray(values)
-            if array.dtype.kind in "iub" and nctype.letter[0] in "iu":
+            if array.dtype.kind in "iub" and nctype.is_integer:
                 info = np.iinfo(nctype.numpy)
                 if array.size and (array.min() < info.min or array.max() > info.max):
                     raise FormatError(f"values out of range for {nctype.name} variable {variable.key!r}")

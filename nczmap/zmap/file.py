@@ -98,14 +98,20 @@ class FileMap(ZMap):
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         try:
-            with open(self._path(key), "rb") as handle:
-                if start:
-                    handle.seek(start)
-                return handle.read() if count is None else handle.read(count)
+            fd = os.open(self._path(key), os.O_RDONLY)
         except OSError as exc:
-            if exc.errno in _EMPTY_ERRNOS:
-                raise EmptyError(key, self.root) from None
-            raise from_os_error(exc, f"cannot read {key!r} in {self.root!r}") from exc
+            raise self._read_error(key, exc) from None
+        try:
+            return _read_range(fd, start, count)
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
+        finally:
+            os.close(fd)
+
+    def _read_error(self, key: str, exc: OSError) -> Exception:
+        if exc.errno in _EMPTY_ERRNOS:
+            return EmptyError(key, self.root)
+        return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
 
     def _write(self, key: str, data: memoryview) -> None:
         path = self._path(key)
@@ -184,6 +190,20 @@ class FileMap(ZMap):
     def abort(self) -> None:
         """Close; a dataset being created (mode ``w``) is removed, as netcdf-c's ``nc_abort`` does."""
         self.close(delete=self.mode == "w" and not self.closed)
+
+
+def _read_range(fd: int, start: int, count: int | None) -> bytes:
+    """``count`` bytes from ``start`` (to the end when None) with positional reads, no buffering layer."""
+    if count is None:
+        count = max(0, os.fstat(fd).st_size - start)
+    parts, wanted = [], count
+    while wanted:
+        part = os.pread(fd, wanted, start + count - wanted)
+        if not part:
+            break
+        parts.append(part)
+        wanted -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _path_kind(path: str) -> str:

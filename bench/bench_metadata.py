@@ -1,0 +1,117 @@
+"""Metadata speed: opening a 5,000-variable, 50-group NCZarr store and walking every variable.
+
+1. ``nczmap ncdump -h`` against Debian's C ``ncdump -h`` as whole processes (start-up included), on a
+   store written for netcdf-c 4.9.0 (dialect D1, which that ncdump reads). Target: nczmap no slower.
+2. In one process: ``nczmap.open_dataset`` plus touching every variable's dimensions, dtype and attributes,
+   against netCDF4-python (libnetcdf 4.10) doing the same walk, on a 4.9.3+ (D3) store. Target: ≤ 0.7×.
+
+    .venv/bin/python bench/bench_metadata.py [--groups 50] [--variables 100] [--rounds 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import nczmap
+
+
+def build(path: Path, groups: int, variables: int, version: str | None) -> str:
+    url = path.as_uri() + "#mode=nczarr,file"
+    with nczmap.create_dataset(url, netcdf_version=version) as ds:
+        ds.attrs["title"] = "metadata benchmark"
+        for g in range(groups):
+            group = ds.create_group(f"g{g}")
+            group.create_dimension("x", 10)
+            group.create_dimension("y", 20)
+            for v in range(variables):
+                var = group.create_variable(f"v{v}", ("x", "y"), "f4", fill_value=np.float32(-999))
+                var.attrs["units"] = "m s-1"
+                var.attrs["long_name"] = f"variable {v} of group {g}"
+                var.attrs["scale"] = np.float64(0.5)
+    return url
+
+
+def median_time(command, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        command()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_process(args: list[str]) -> None:
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+
+
+def walk_nczmap(url: str) -> int:
+    touched = 0
+    with nczmap.open_dataset(url) as ds:
+        for group in ds.walk():
+            for var in group.variables.values():
+                touched += len(var.dimensions) + len(dict(var.attrs)) + var.dtype.itemsize
+    return touched
+
+
+def walk_netcdf4(url: str) -> int:
+    import netCDF4
+
+    touched = 0
+    with netCDF4.Dataset(url) as ds:
+        stack = [ds]
+        while stack:
+            group = stack.pop()
+            stack.extend(group.groups.values())
+            for var in group.variables.values():
+                touched += len(var.dimensions) + len({a: var.getncattr(a) for a in var.ncattrs()})
+                touched += var.dtype.itemsize
+    return touched
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=50)
+    parser.add_argument("--variables", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="5 groups x 10 variables, 2 rounds")
+    args = parser.parse_args()
+    if args.quick:
+        args.groups, args.variables, args.rounds = 5, 10, 2
+    total = args.groups * args.variables
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        d1 = build(Path(tmp) / "d1.file", args.groups, args.variables, "4.9.0")
+        d3 = build(Path(tmp) / "d3.file", args.groups, args.variables, None)
+        built = time.perf_counter() - start
+        print(f"{total} variables in {args.groups} groups; stores built in {built:.1f} s")
+
+        ours = [sys.executable, "-m", "nczmap", "ncdump", "-h", d1]
+        theirs = shutil.which("ncdump")
+        t_ours = median_time(lambda: run_process(ours), args.rounds)
+        print(f"nczmap ncdump -h (process)       {t_ours * 1000:9.1f} ms")
+        if theirs:
+            t_c = median_time(lambda: run_process([theirs, "-h", d1]), args.rounds)
+            print(f"C ncdump -h 4.9.0 (process)      {t_c * 1000:9.1f} ms")
+            verdict = "TARGET MET" if t_ours <= t_c else "TARGET MISSED"
+            print(f"ratio nczmap/C ncdump            {t_ours / t_c:9.2f}×   (target ≤ 1.0)  {verdict}")
+
+        assert walk_nczmap(d3) == walk_netcdf4(d3), "the two walks disagree"
+        t_walk = median_time(lambda: walk_nczmap(d3), args.rounds)
+        t_nc4 = median_time(lambda: walk_netcdf4(d3), args.rounds)
+        print(f"nczmap open + walk (in process)  {t_walk * 1000:9.1f} ms")
+        print(f"netCDF4 open + walk (libnetcdf)  {t_nc4 * 1000:9.1f} ms")
+        verdict = "TARGET MET" if t_walk <= 0.7 * t_nc4 else "TARGET MISSED"
+        print(f"ratio nczmap/netCDF4             {t_walk / t_nc4:9.2f}×   (target ≤ 0.7)  {verdict}")
+
+
+if __name__ == "__main__":
+    main()
