@@ -59,7 +59,7 @@ def _float_value(text: str) -> float:
 
 
 # Integers need no source text: standard JSON integers print back exactly as Python prints them.
-_DECODER = json.JSONDecoder(parse_float=FloatText, parse_constant=FloatText)
+_DECODER = json.JSONDecoder(parse_float=FloatText, parse_constant=FloatText, strict=False)
 _LOOSE_NUMBER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?)")
 _BARE_WORD = re.compile(r"[A-Za-z0-9_$+\-.]+")
 
@@ -156,7 +156,7 @@ class _LenientParser:
         raw = self.text[self.pos : end + 1]
         self.pos = end + 1
         try:
-            return json.loads(raw)
+            return json.loads(raw, strict=False)
         except ValueError:
             return raw[1:-1]  # netcdf-c writes control characters raw
 

@@ -1,0 +1,784 @@
+"""CDL output identical to netcdf-c's ``ncdump`` (4.9 / 4.10 rules, nczarr-format.md §9).
+
+Every rule here was taken from netcdf-c's ``ncdump/ncdump.c``, ``dumplib.c``, ``vardata.c`` and
+``utils.c`` and checked against real ``ncdump`` runs: name escaping (``escaped_name``), attribute value
+formats (``pr_att_valgs``: type suffixes, ``%#.7g``/``%#.15g`` plus trailing-zero trimming), the data
+section (``vardata``/``print_rows``: 80-column wrapping with ``lput``, ``_`` for fill values, char rows
+as strings, ``{``/``}`` around records of a non-leading unlimited dimension) and the ``-s`` virtual
+attributes (``pr_att_specials``/``pr_att_hidden``).
+
+netcdf-c behaviours reproduced on purpose, because ncdump prints them:
+
+* an empty element of a ``string`` variable is a NULL pointer in NCZarr (``NCZ_fixed2char``), which
+  is never equal to the default fill ``""``, so it prints ``NIL`` (an HDF5 file prints ``_``);
+* ``-s`` on a scalar prints ``v:_ChunkSizes = `` with no values and no newline (the loop that would
+  print them and the terminator has nothing to do);
+* ``-v /v`` does not select a root-group variable (``nc_inq_gvarid`` compares ``"/"`` with ``""``);
+* a dimension found in an ancestor group through a shadowing name is printed with the name of the
+  group where the upward search stopped (``d(/g1/y)`` for the root's ``y`` seen from ``/g1/g2``).
+
+Where ncdump versions differ, 4.10 is followed: a dimension of a group that is not an ancestor is
+printed with that group's name (4.9 printed the root's, a bug in ``searchgroupdim``). For ``-s``,
+``_Filter``/``_DeflateLevel``/``_Shuffle``/``_Fletcher32`` are what netcdf-c's bundled filter plugins
+report; a codec without a plugin appears only in ``_Codecs`` (real ncdump 4.10 stops with an error
+there). ``C_format`` attributes are honoured through Python's %-formatting (length modifiers dropped).
+
+Data is read in slabs of whole chunks along the first dimension (or row pieces when one row is larger
+than the slab budget), so memory stays bounded whatever the variable's size.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import BinaryIO, TextIO
+
+import numpy as np
+
+from nczmap.errors import NCZError
+
+MAX_LINE_LEN = 80 - 2  # vardata.c: set_max_len(80) stores len - 2
+CONTINUATION = b"    "  # LINEPIND
+FILL_STRING = b"_"
+SLAB_ELEMENTS = 1 << 18  # values read at once
+KEYWORDS = frozenset(["variables", "dimensions", "data", "group", "types"])
+_NAME_SPECIALS = frozenset(b" !\"#$&'()*,:;<=>?[]\\^`{|}~")
+_NAME_NEEDS_WORK = re.compile(b"[" + re.escape(bytes(sorted(_NAME_SPECIALS | {*range(0x20), 0x7F}))) + b"]")
+
+ATT_SUFFIX = {
+    "byte": "b",
+    "short": "s",
+    "ubyte": "UB",
+    "ushort": "US",
+    "uint": "U",
+    "int64": "LL",
+    "uint64": "ULL",
+}
+FLOAT_DATA_FORMAT = "%.7g"
+DOUBLE_DATA_FORMAT = "%.15g"
+_FLT_EPSILON = np.float32(np.finfo(np.float32).eps)
+_DBL_EPSILON = np.finfo(np.float64).eps
+
+# Codec id -> (HDF5 filter id, visible parameters) as netcdf-c's bundled plugins report them.
+_DEFLATE, _SHUFFLE, _FLETCHER32 = 1, 2, 3
+_BLOSC_CODES = {"blosclz": 0, "lz4": 1, "lz4hc": 2, "snappy": 3, "zlib": 4, "zstd": 5}
+
+
+class NoSuchVariable(NCZError):
+    """A ``-v`` name that matches no variable in any group (netcdf-c NC_ENOTVAR)."""
+
+    nc_code = -49
+
+
+class BadName(NCZError):
+    """A name ncdump refuses to print: it begins with a space or a control character."""
+
+    nc_code = -59  # NC_EBADNAME
+
+
+# ============================================================================ text and number formatting
+def encode_text(text: str) -> bytes:
+    """A str as the UTF-8 bytes netcdf-c holds (lone surrogates from undecodable bytes map back)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def escaped_name(name: str | bytes) -> bytes:
+    """A name with CDL's special characters escaped (utils.c ``escaped_name``)."""
+    raw = encode_text(name) if isinstance(name, str) else name
+    if _NAME_NEEDS_WORK.search(raw) is None and not raw[:1].isdigit():
+        return raw  # the common case: nothing to escape
+    if raw and (0x01 <= raw[0] <= 0x20 or raw[0] == 0x7F):
+        raise BadName(f"name begins with space or control-character: {raw[:1].decode('latin-1')!r}")
+    out = bytearray(b"\\" if raw[:1].isdigit() else b"")
+    for byte in raw:
+        if byte < 0x20 or byte == 0x7F:
+            out += b"\\%%%.2x" % byte
+        elif byte in _NAME_SPECIALS:
+            out += b"\\" + bytes([byte])
+        else:
+            out.append(byte)
+    return bytes(out)
+
+
+def printf(fmt: str, value: object) -> str:
+    """C ``printf`` of one value; Python's %-formatting of floats is C's (same digits, 2-digit exponents)."""
+    return fmt % value
+
+
+def tztrim(text: str) -> str:
+    """Remove trailing zeros after the decimal point, keeping the point and any exponent (ncdump.c)."""
+    position = 1 if text.startswith("-") else 0
+    while position < len(text) and (text[position].isdigit() or text[position] == "."):
+        position += 1
+    last = position - 1
+    if last < 0 or text[last] == ".":
+        return text
+    end = last + 1
+    while last >= 0 and text[last] == "0":
+        last -= 1
+    last += 1
+    return text if last == end else text[:last] + text[end:]
+
+
+def format_float_att(value: float) -> str:
+    """One float attribute value: ``%#.7gf`` trimmed, or ``NaNf``/``Infinityf``/``-Infinityf``."""
+    value = float(np.float32(value))
+    if math.isfinite(value):
+        return tztrim(printf("%#.7gf", value))
+    return "NaNf" if math.isnan(value) else ("-Infinityf" if value < 0 else "Infinityf")
+
+
+def format_double_att(value: float) -> str:
+    """One double attribute value: ``%#.15g`` trimmed, or ``NaN``/``Infinity``/``-Infinity``."""
+    value = float(value)
+    if math.isfinite(value):
+        return tztrim(printf("%#.15g", value))
+    return "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+
+
+def _octal(byte: int) -> bytes:
+    return b"\\%03o" % byte
+
+
+_COMMON_ESCAPES = {
+    0x08: b"\\b", 0x0C: b"\\f", 0x0D: b"\\r", 0x09: b"\\t", 0x0B: b"\\v",
+    0x5C: b"\\\\", 0x27: b"\\'", 0x22: b'\\"',
+}  # fmt: skip
+_ATT_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b"\\n"}
+_CHAR_DATA_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b'\\n",\n    "'}
+_STRING_DATA_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b"\\n", 0x0B: b"\\n"}  # sic: ncstring_typ_tostring
+
+
+def _is_cntrl(byte: int) -> bool:
+    return byte < 0x20 or byte == 0x7F
+
+
+def _is_print(byte: int) -> bool:
+    return 0x20 <= byte < 0x7F
+
+
+def _escape(raw: bytes, table: dict[int, bytes], plain: Callable[[int], bool]) -> bytes:
+    if _plain_pattern(table, plain).search(raw) is None:
+        return b'"' + raw + b'"'  # the common case: nothing to escape
+    out = bytearray(b'"')
+    for byte in raw:
+        escape = table.get(byte)
+        if escape is not None:
+            out += escape
+        elif plain(byte):
+            out.append(byte)
+        else:
+            out += _octal(byte)
+    out += b'"'
+    return bytes(out)
+
+
+_PLAIN_PATTERNS: dict[tuple[int, int], re.Pattern[bytes]] = {}
+
+
+def _plain_pattern(table: dict[int, bytes], plain: Callable[[int], bool]) -> re.Pattern[bytes]:
+    """A pattern matching any byte that :func:`_escape` would not copy as it is."""
+    cache_key = (id(table), id(plain))
+    pattern = _PLAIN_PATTERNS.get(cache_key)
+    if pattern is None:
+        special = bytes(b for b in range(256) if b in table or not plain(b))
+        pattern = _PLAIN_PATTERNS[cache_key] = re.compile(b"[" + re.escape(special) + b"]")
+    return pattern
+
+
+def _not_cntrl(byte: int) -> bool:
+    return not _is_cntrl(byte)
+
+
+def quote_att_text(raw: bytes) -> bytes:
+    """A text attribute value as ncdump prints it (``pr_att_string``; trailing NULs dropped)."""
+    return _escape(raw.rstrip(b"\x00"), _ATT_ESCAPES, _not_cntrl)
+
+
+def quote_char_data(raw: bytes) -> bytes:
+    """One row of a char variable (``pr_tvals``): non-printable bytes, UTF-8 included, as octal."""
+    return _escape(raw.rstrip(b"\x00"), _CHAR_DATA_ESCAPES, _is_print)
+
+
+def quote_string_data(raw: bytes) -> bytes:
+    """One value of a string variable (``ncstring_typ_tostring``; ``\\v`` is printed as ``\\n``)."""
+    return _escape(raw.split(b"\x00", 1)[0], _STRING_DATA_ESCAPES, _not_cntrl)
+
+
+def format_attribute_values(nctype: str, value: object) -> bytes:
+    """The text after ``name = `` of one attribute (``pr_att_valgs``)."""
+    if nctype == "char" or (not isinstance(value, str) and len(value) == 0):
+        return quote_att_text(encode_text(value) if isinstance(value, str) else b"")
+    if nctype == "string":
+        return b", ".join(quote_att_text(encode_text(s).split(b"\x00", 1)[0]) for s in value)
+    if nctype == "float":
+        items = [format_float_att(v) for v in np.asarray(value, dtype=np.float32).tolist()]
+    elif nctype == "double":
+        items = [format_double_att(v) for v in np.asarray(value, dtype=np.float64).tolist()]
+    else:
+        suffix = ATT_SUFFIX.get(nctype, "")
+        items = [f"{int(v)}{suffix}" for v in np.asarray(value).tolist()]
+    return ", ".join(items).encode("ascii")
+
+
+# ============================================================================ data values
+class ValueFormatter:
+    """Turns a block of one variable's values into the strings ncdump prints (``_`` for fill)."""
+
+    def __init__(self, nctype: str, fill: object, c_format: str | None = None) -> None:
+        self.nctype = nctype
+        self.fill = fill  # None: no fill value is recognised
+        self.c_format = _python_format(c_format) if c_format else None
+
+    def __call__(self, values: np.ndarray) -> list[bytes]:
+        flat = values.reshape(-1)
+        if self.nctype == "string":
+            return [self._string(v) for v in flat.tolist()]
+        texts = self._numbers(flat)
+        if self.fill is not None:
+            for index in np.flatnonzero(self._fill_mask(flat)).tolist():
+                texts[index] = FILL_STRING
+        return texts
+
+    def _string(self, value: str | None) -> bytes:
+        if value == "":
+            value = None  # NCZarr returns NULL for a string whose first byte is NUL
+        if value is not None and value == self.fill:
+            return FILL_STRING
+        return b"NIL" if value is None else quote_string_data(encode_text(value))
+
+    def _numbers(self, flat: np.ndarray) -> list[bytes]:
+        values = flat.tolist()
+        if self.nctype in ("float", "double"):
+            special = "f" if self.nctype == "float" else ""
+            fmt = self.c_format or (FLOAT_DATA_FORMAT if special else DOUBLE_DATA_FORMAT)
+            return [_format_real(fmt, v, special) for v in values]
+        if self.c_format is not None:
+            return [_c_format(self.c_format, v) for v in values]
+        return [b"%d" % v for v in values]
+
+    def _fill_mask(self, flat: np.ndarray) -> np.ndarray:
+        if self.nctype == "float":
+            return _float_equals(np.float32(self.fill), flat.astype(np.float32), _FLT_EPSILON)
+        if self.nctype == "double":
+            return _float_equals(np.float64(self.fill), flat.astype(np.float64), _DBL_EPSILON)
+        return flat == self.fill
+
+
+def _format_real(fmt: str, value: float, suffix: str) -> bytes:
+    if math.isfinite(value):
+        return (fmt % value).encode("ascii") if fmt[-1] in "eEfFgG" else _c_format(fmt, value)
+    if math.isnan(value):
+        return b"NaN" + suffix.encode()
+    return (b"-Infinity" if value < 0 else b"Infinity") + suffix.encode()
+
+
+def _float_equals(fill, values: np.ndarray, epsilon) -> np.ndarray:
+    """``ncfloat_val_equals``/``ncdouble_val_equals``: equal within epsilon, NaN == NaN, inf == inf."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        same_side = (fill > 0) == (values > 0)
+        close = np.isfinite(fill) & np.isfinite(values) & (np.abs(fill - values) <= np.abs(epsilon * values))
+        both_nan = np.isnan(fill) & np.isnan(values)
+        both_inf = np.isinf(fill) & np.isinf(values)
+    return same_side & (close | both_nan | both_inf)
+
+
+_C_CONVERSION = re.compile(r"%([-+ #0]*)(\d*)(?:\.(\d*))?(?:hh|h|ll|l|L|q|j|z|t)?([diouxXeEfFgGcs%])")
+
+
+def _python_format(c_format: str) -> str | None:
+    """A ``C_format`` attribute as a Python %-format with one conversion, or None if it has none."""
+    conversions = [m for m in _C_CONVERSION.finditer(c_format) if m.group(4) != "%"]
+    if len(conversions) != 1:
+        return None
+    return _C_CONVERSION.sub(lambda m: m.group(0) if m.group(4) == "%" else _python_spec(m), c_format)
+
+
+def _python_spec(match: re.Match) -> str:
+    flags, width, precision, kind = match.groups()
+    kind = {"i": "d", "u": "d"}.get(kind, kind)
+    return "%" + flags + width + ("" if precision is None else "." + precision) + kind
+
+
+def _c_format(fmt: str, value: object) -> bytes:
+    """One value through a translated ``C_format`` (values are converted to what the conversion wants)."""
+    kind = _C_CONVERSION.search(fmt)
+    kind = kind.group(4) if kind else "s"
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    try:
+        if kind in "eEfFgG":
+            return (fmt % float(value)).encode("latin-1")
+        if kind in "dioxXc":
+            return (fmt % int(value)).encode("latin-1")
+        return (fmt % (value,)).encode("utf-8", "surrogateescape")
+    except (TypeError, ValueError, OverflowError):
+        return str(value).encode("utf-8", "surrogateescape")
+
+
+# ============================================================================ output with ncdump's lput
+class _Output:
+    """Byte output with ncdump's line-position bookkeeping (``lput``) for the data section."""
+
+    def __init__(self, out: TextIO | BinaryIO) -> None:
+        self._out = out
+        self._text = isinstance(out, io.TextIOBase) and not hasattr(out, "buffer")
+        if isinstance(out, io.TextIOBase) and hasattr(out, "buffer"):
+            out.flush()
+            self._out = out.buffer
+            self._text = False
+        self._pending = bytearray()
+        self.indent = 0  # group nesting indentation, in spaces
+        self.linep = 0
+
+    def write(self, data: bytes) -> None:
+        self._pending += data
+        if len(self._pending) >= 1 << 16:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending:
+            data = bytes(self._pending)
+            self._out.write(data.decode("utf-8", "surrogateescape") if self._text else data)
+            self._pending.clear()
+
+    def indented(self, data: bytes) -> None:
+        self.write(b" " * self.indent + data)
+
+    def lput(self, data: bytes) -> None:
+        if len(data) + self.linep > MAX_LINE_LEN and len(data) > 2:
+            self.write(b"\n" + b" " * self.indent + CONTINUATION)
+            self.linep = len(CONTINUATION) + self.indent
+        self.write(data)
+        if data.endswith(b"\n"):
+            self.linep = self.indent
+        else:
+            self.linep += len(data)
+
+
+# ============================================================================ the dump
+def dump_cdl(
+    dataset,
+    out: TextIO | BinaryIO,
+    *,
+    header_only: bool = False,
+    special: bool = False,
+    name: str | None = None,
+    variables: Sequence[str] | None = None,
+) -> None:
+    """Print ``dataset`` as CDL, exactly as netcdf-c's ``ncdump`` would print the same store.
+
+    ``header_only`` is ``ncdump -h``, ``special`` is ``-s`` (virtual attributes such as ``_Storage``),
+    ``name`` is ``-n`` (default: the URL's last path segment minus its extension) and ``variables`` is
+    ``-v`` (data only for those variables; names may be ``g/v`` or ``/g/v``).
+    Raises :class:`NoSuchVariable` before printing anything if a ``variables`` entry matches nothing.
+    """
+    wanted = [v for v in variables if v] if variables else []
+    for wanted_name in wanted:
+        if not any(_select(group, wanted_name) for group in dataset.walk()):
+            raise NoSuchVariable(f"{wanted_name}: No such variable")
+    output = _Output(out)
+    try:
+        _Printer(dataset, output, header_only, special, wanted).dump(
+            name if name is not None else _dataset_name(dataset)
+        )
+    finally:  # like ncdump, what was printed before an error stays printed
+        output.flush()
+        if hasattr(out, "flush"):
+            out.flush()
+
+
+def _dataset_name(dataset) -> str:
+    url = getattr(dataset, "url", None)
+    return url.dataset_name if url is not None else "dataset"
+
+
+def _select(group, wanted: str) -> list[str]:
+    """Variables of ``group`` that ``nc_inq_gvarid`` matches with ``wanted``."""
+    if "/" not in wanted:
+        return [wanted] if wanted in group.variables else []
+    var_group, _, rel_name = wanted.rpartition("/")
+    path = group.path
+    matches = path == var_group if wanted.startswith("/") else path.endswith(var_group)
+    return [rel_name] if matches and rel_name in group.variables else []
+
+
+class _Printer:
+    def __init__(self, dataset, output: _Output, header_only: bool, special: bool, wanted: list[str]) -> None:
+        self.dataset = dataset
+        self.out = output
+        self.header_only = header_only
+        self.special = special
+        self.wanted = wanted
+
+    def dump(self, name: str) -> None:
+        self.out.write(b"netcdf " + escaped_name(name) + b" {\n")
+        self.group(self.dataset)
+        self.out.write(b"}\n")
+
+    # ------------------------------------------------------------------ one group
+    def group(self, group) -> None:
+        out = self.out
+        self.dimensions(group)
+        if group.variables:
+            out.indented(b"variables:\n")
+        for variable in group.variables.values():
+            self.declaration(group, variable)
+        self.group_attributes(group)
+        if not self.header_only:
+            self.data(group)
+        for child in group.groups.values():
+            out.write(b"\n")
+            out.indented(b"group: " + escaped_name(child.name) + b" {\n")
+            out.indent += 2
+            self.group(child)
+            out.indented(b"} // group " + escaped_name(child.name) + b"\n")
+            out.indent -= 2
+
+    def dimensions(self, group) -> None:
+        if not group.dimensions:
+            return
+        self.out.indented(b"dimensions:\n")
+        for dim in group.dimensions.values():
+            size = b"UNLIMITED ; // (%d currently)" % dim.size if dim.unlimited else b"%d ;" % dim.size
+            self.out.indented(b"\t" + escaped_name(dim.name) + b" = " + size + b"\n")
+
+    def declaration(self, group, variable) -> None:
+        line = b"\t" + variable.nctype.name.encode() + b" " + escaped_name(variable.name)
+        if variable.dims:
+            line += b"(" + b", ".join(dimension_reference(group, dim) for dim in variable.dims) + b")"
+        self.out.indented(line + b" ;\n")
+        for attribute in variable.attrs.all_typed():
+            self.attribute(variable.name, attribute.name, attribute.nctype.name, attribute.value)
+        if self.special:
+            for att_name, text in special_attributes(variable):
+                self.out.indented(b"\t\t" + escaped_name(variable.name) + b":" + att_name.encode() + text)
+
+    def group_attributes(self, group) -> None:
+        attributes = group.attrs.all_typed()
+        is_root = group.parent is None
+        if attributes or self.special:
+            kind = b"global" if is_root else b"group"
+            self.out.write(b"\n")
+            self.out.indented(b"// " + kind + b" attributes:\n")
+        for attribute in attributes:
+            self.attribute("", attribute.name, attribute.nctype.name, attribute.value)
+        if is_root and self.special:
+            for att_name, text in global_special_attributes(self.dataset):
+                self.out.indented(b"\t\t:" + att_name.encode() + text)
+
+    def attribute(self, var_name: str, att_name: str, nctype: str, value: object) -> None:
+        line = b"\t\t" + (b"string " if nctype == "string" else b"") + escaped_name(var_name)
+        if var_name in KEYWORDS:
+            line += b" "
+        line += b":" + escaped_name(att_name) + b" = " + format_attribute_values(nctype, value) + b" ;\n"
+        self.out.indented(line)
+
+    # ------------------------------------------------------------------ data section
+    def data(self, group) -> None:
+        if not group.variables:
+            return
+        self.out.indented(b"data:\n")
+        selected = None
+        if self.wanted:
+            selected = {name for wanted in self.wanted for name in _select(group, wanted)}
+        for name, variable in group.variables.items():
+            if selected is not None and name not in selected:
+                continue
+            if any(size == 0 for size in _extent(variable)):
+                continue  # nothing written along an unlimited dimension yet
+            _VariableData(self.out, variable).dump()
+
+
+def dimension_reference(group, dim) -> bytes:
+    """How a variable in ``group`` names ``dim``: simple, or group-qualified when shadowed/unreachable."""
+    duplicate = False
+    search = group
+    while search is not None:
+        nearest = _nearest_dimension(search, dim.name)
+        if nearest is dim:
+            break
+        if nearest is not None:
+            duplicate = True
+        search = search.parent
+    if search is None:  # not visible from here: ncdump searches the whole tree
+        search = _group_holding(group.root, dim)
+        duplicate = True
+    prefix = b""
+    if duplicate:
+        path = search.path
+        prefix = escaped_name(path) + (b"/" if path != "/" else b"")
+    return prefix + escaped_name(dim.name)
+
+
+def _group_holding(root, dim):
+    return next((g for g in root.walk() if any(d is dim for d in g.dimensions.values())), root)
+
+
+def _nearest_dimension(group, name: str):
+    """``nc_inq_dimid``: the dimension of that name in the group or its closest ancestor."""
+    while group is not None:
+        found = group.dimensions.get(name)
+        if found is not None:
+            return found
+        group = group.parent
+    return None
+
+
+# ============================================================================ -s virtual attributes
+def special_attributes(variable) -> list[tuple[str, bytes]]:
+    """``pr_att_specials`` for an NCZarr variable: (name, text from `` = `` to the line end)."""
+    layout = variable.layout
+    chunks = ", ".join(str(c) for c in layout.chunks[: len(variable.dims)])
+    items = [("_Storage", b' = "chunked" ;\n')]
+    items.append(("_ChunkSizes", b" = " + chunks.encode() + (b" ;\n" if variable.dims else b"")))
+    configs = layout.codecs.configs
+    filters = [_hdf5_filter(config) for config in configs]
+    ids = {f[0] for f in filters if f is not None}
+    if _FLETCHER32 in ids:
+        items.append(("_Fletcher32", b' = "true" ;\n'))
+    if _SHUFFLE in ids:
+        items.append(("_Shuffle", b' = "true" ;\n'))
+    deflate = next((f for f in filters if f is not None and f[0] == _DEFLATE), None)
+    if deflate is not None:
+        items.append(("_DeflateLevel", b" = %d ;\n" % (deflate[1][0] if deflate[1] else -1)))
+    other = [f for f in filters if f is not None and f[0] not in (_DEFLATE, _SHUFFLE, _FLETCHER32)]
+    if other:
+        text = "|".join(",".join(str(n) for n in (fid, *params)) for fid, params in other)
+        items.append(("_Filter", b' = "' + text.encode() + b'" ;\n'))
+    if configs:
+        codecs = "[" + ",".join(ncjson_text(config) for config in configs) + "]"
+        items.append(("_Codecs", b' = "' + _escaped_string(codecs) + b'" ;\n'))
+    multi_byte = variable.nctype.numpy.itemsize > 1 and variable.nctype.name != "string"
+    if multi_byte and layout.dtype.explicit_order:
+        byteorder = layout.dtype.storage.byteorder
+        order = {">": "big", "<": "little"}.get(byteorder, sys.byteorder)
+        items.append(("_Endianness", b' = "' + order.encode() + b'" ;\n'))
+    if variable.fill_value is None:
+        items.append(("_NoFill", b' = "true" ;\n'))
+    return items
+
+
+def global_special_attributes(dataset) -> list[tuple[str, bytes]]:
+    """``pr_att_hidden`` and ``pr_att_global_format`` for an NCZarr root group."""
+    items = []
+    provenance = getattr(dataset, "provenance", None)
+    if provenance:
+        items.append(("_NCProperties", b' = "' + encode_text(provenance) + b'" ;\n'))
+    superblock = {"D0": 1, "D1": 2, "D2": 2, "D3": 2}.get(getattr(dataset, "dialect", "PZ"), 0)
+    items.append(("_SuperblockVersion", b" = %d ;\n" % superblock))
+    items.append(("_IsNetcdf4", b" = 1 ;\n"))
+    items.append(("_Format", b' = "netCDF-4" ;\n'))
+    return items
+
+
+def _hdf5_filter(config: dict) -> tuple[int, list[int]] | None:
+    """The HDF5 filter id and visible parameters netcdf-c's plugins give a Zarr codec (None: no plugin)."""
+    codec = config.get("id")
+    if codec == "zlib":
+        return _DEFLATE, [int(config.get("level", 0))]
+    if codec == "shuffle":
+        return _SHUFFLE, []
+    if codec == "fletcher32":
+        return _FLETCHER32, []
+    if codec == "bz2":
+        return 307, [int(config.get("level", 0))]
+    if codec == "zstd":
+        return 32015, [int(config.get("level", 0))]
+    if codec == "szip":
+        return 4, [int(config.get("mask", 0)), int(config.get("pixels-per-block", 0))]
+    if codec == "blosc":
+        code = _BLOSC_CODES.get(config.get("cname", "lz4"), 1)
+        blocksize, clevel = int(config.get("blocksize", 1)), int(config.get("clevel", 9))
+        return 32001, [0, 0, 0, blocksize, clevel, int(config.get("shuffle", 0)), code]
+    return None
+
+
+def ncjson_text(value: object) -> str:
+    """JSON as netcdf-c's ``NCJunparse`` writes it: ``", "`` between members, ``","`` between items."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{ncjson_text(k)}: {ncjson_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(ncjson_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        escapes = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+        return '"' + "".join(escapes.get(c, c) for c in value) + '"'
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return getattr(value, "text", None) or repr(value)  # netcdf-c keeps a number's source text
+
+
+def _escaped_string(text: str) -> bytes:
+    """utils.c ``escaped_string``: control characters as ``\\%xx``, ``"`` as ``\\"``."""
+    out = bytearray()
+    for byte in encode_text(text):
+        if _is_cntrl(byte):
+            out += b"\\%%%.2x" % byte
+        elif byte == 0x22:
+            out += b'\\"'
+        else:
+            out.append(byte)
+    return bytes(out)
+
+
+# ============================================================================ one variable's data
+class _VariableData:
+    """``vardata``/``print_rows`` for one variable."""
+
+    def __init__(self, out: _Output, variable) -> None:
+        self.out = out
+        self.variable = variable
+        self.shape = _extent(variable)
+        self.rank = len(self.shape)
+        c_format = _c_format_attribute(variable)
+        self.as_text = variable.nctype.name == "char" and c_format in (None, "%s", "")
+        self.format = ValueFormatter(variable.nctype.name, fill_value_for_cdl(variable), c_format)
+        self.unlimited = [dim.unlimited for dim in variable.dims]
+
+    def dump(self) -> None:
+        out = self.out
+        name = encode_text(self.variable.name)
+        out.write(b"\n")
+        out.indented(b" " + escaped_name(self.variable.name))
+        if self.rank <= 1:
+            out.write(b" = ")
+            out.linep = len(name) + 4 + out.indent
+        else:
+            out.write(b" =\n  ")
+            out.linep = 2 + out.indent
+        for index, pieces in self._rows():
+            self._row(index, pieces)
+
+    # ---------------------------------------------------------------- reading
+    def _rows(self) -> Iterator[tuple[tuple[int, ...], Iterator[np.ndarray]]]:
+        """(row index without the last dimension, pieces of that row) in C order, bounded memory."""
+        variable, shape = self.variable, self.shape
+        if self.rank == 0:
+            yield (), iter([np.asarray(variable[...]).reshape(1)])
+            return
+        if self.rank == 1:
+            yield (), self._pieces(())
+            return
+        row_len = shape[-1]
+        inner = math.prod(shape[1:])
+        if inner > SLAB_ELEMENTS:
+            for index in np.ndindex(*shape[:-1]):
+                yield index, self._pieces(index)
+            return
+        step = self._slab_rows(inner)
+        for start in range(0, shape[0], step):
+            slab = self._read((slice(start, min(start + step, shape[0])), *(slice(0, n) for n in shape[1:])))
+            rows = slab.reshape(-1, row_len)
+            for offset, index in enumerate(np.ndindex(slab.shape[0], *shape[1:-1])):
+                yield (start + index[0], *index[1:]), iter([rows[offset]])
+
+    def _slab_rows(self, inner: int) -> int:
+        return _aligned_step(max(1, SLAB_ELEMENTS // inner), self.variable.chunks[0])
+
+    def _pieces(self, index: tuple[int, ...]) -> Iterator[np.ndarray]:
+        length = self.shape[-1]
+        step = _aligned_step(SLAB_ELEMENTS, self.variable.chunks[-1])
+        for start in range(0, length, step):
+            stop = min(start + step, length)
+            yield self._read((*(slice(i, i + 1) for i in index), slice(start, stop))).reshape(-1)
+
+    def _read(self, region: tuple[slice, ...]) -> np.ndarray:
+        """The values of a region of the dimensions' extent; beyond the array's own shape (an unlimited
+        dimension that grew through another variable) they are the fill value, as netcdf-c returns."""
+        stored = tuple(self.variable.shape)
+        clipped = tuple(slice(min(r.start, n), min(r.stop, n)) for r, n in zip(region, stored, strict=True))
+        values = np.asarray(self.variable[clipped])
+        wanted = tuple(r.stop - r.start for r in region)
+        if values.shape == wanted:
+            return values
+        padded = np.full(wanted, _missing_value(self.variable), dtype=values.dtype)
+        padded[tuple(slice(0, n) for n in values.shape)] = values
+        return padded
+
+    # ---------------------------------------------------------------- printing
+    def _row(self, index: tuple[int, ...], pieces: Iterator[np.ndarray]) -> None:
+        out = self.out
+        opens, closes = self._record_marks(index)
+        for _ in range(opens):
+            out.lput(b"{")
+        if self.as_text:
+            raw = b"".join(np.asarray(piece, dtype="S1").tobytes() for piece in pieces)
+            out.write(quote_char_data(raw))  # printed directly: the line position is not advanced
+            last = b""
+        else:
+            last = None
+            for piece in pieces:
+                for text in self.format(piece):
+                    if last is not None:
+                        out.lput(last + b", ")
+                    last = text
+        out.lput(last + b"}" * closes)
+        if all(i == size - 1 for i, size in zip(index, self.shape, strict=False)):
+            out.lput(b" ;")
+            out.lput(b"\n")
+        else:
+            out.lput(b",\n")
+            out.lput(b"  ")
+
+    def _record_marks(self, index: tuple[int, ...]) -> tuple[int, int]:
+        """How many ``{`` open before and ``}`` close after this row (non-leading unlimited dimensions)."""
+        opens = closes = 0
+        for level in range(1, self.rank):
+            if not self.unlimited[level]:
+                continue
+            below = range(level, self.rank - 1)
+            opens += all(index[i] == 0 for i in below)
+            closes += all(index[i] == self.shape[i] - 1 for i in below)
+        return opens, closes
+
+
+def _extent(variable) -> tuple[int, ...]:
+    """What ncdump prints: the current lengths of the variable's dimensions (``nc_inq_dimlen``)."""
+    if not variable.dims:
+        return ()
+    return tuple(max(dim.size, n) for dim, n in zip(variable.dims, variable.shape, strict=True))
+
+
+def _missing_value(variable) -> object:
+    fill = variable.fill_value
+    if fill is not None:
+        return fill
+    return {"char": b"", "string": ""}.get(variable.nctype.name, 0)
+
+
+def _aligned_step(limit: int, chunk: int) -> int:
+    """The largest whole number of chunks within ``limit`` (``limit`` itself when one chunk is larger)."""
+    return limit - limit % chunk if chunk <= limit else limit
+
+
+def fill_value_for_cdl(variable) -> object:
+    """The value ncdump prints as ``_`` (``get_fill_info``): a ``_FillValue`` attribute of the variable's
+    type and length 1, else the type's default fill, none for byte/ubyte."""
+    nctype = variable.nctype
+    attribute = variable.attrs.typed("_FillValue") if "_FillValue" in variable.attrs else None
+    if attribute is not None and attribute.nctype.name == nctype.name and len(attribute.value) == 1:
+        value = attribute.value[0] if nctype.name != "char" else encode_text(attribute.value)
+        return value
+    if nctype.name in ("byte", "ubyte"):
+        return None
+    if nctype.name == "string":
+        return ""
+    return nctype.fill
+
+
+def _c_format_attribute(variable) -> str | None:
+    """A ``C_format`` char attribute of length 1..99 replaces the default value format."""
+    if "C_format" not in variable.attrs:
+        return None
+    attribute = variable.attrs.typed("C_format")
+    if attribute.nctype.name != "char" or not 0 < len(encode_text(attribute.value)) < 100:
+        return None
+    return attribute.value.split("\x00", 1)[0]
