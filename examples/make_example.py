@@ -1,4 +1,4 @@
-"""Write a small NCZarr dataset (netcdf-c 4.9.3+ layout) into a zip archive and a directory.
+"""Write a small NCZarr dataset into a zip archive and a directory with nczmap's dataset API.
 
 The content is the worked example of the NCZarr format notes: dims x=2, y=3; int v(x, y) with a fill
 value and a units attribute; subgroup g with double d(y).
@@ -8,79 +8,31 @@ value and a units attribute; subgroup g with double d(y).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
-from nczmap import open_map
-
-TYPES = {"_nczarr_attr": "|J0"}
+import nczmap
 
 
-def attrs(items: dict, types: dict) -> bytes:
-    body = dict(items)
-    body["_nczarr_attr"] = {"types": {**types, **TYPES}}
-    return json.dumps(body).encode()
-
-
-def zarray(shape: list[int], dtype: str, fill: object) -> bytes:
-    meta = {
-        "zarr_format": 2,
-        "shape": shape,
-        "dtype": dtype,
-        "chunks": shape,
-        "fill_value": fill,
-        "order": "C",
-        "compressor": None,
-        "filters": None,
-    }
-    return json.dumps(meta).encode()
-
-
-def objects() -> dict[str, bytes]:
-    group = {"dimensions": {"x": 2, "y": 3}, "arrays": ["v"], "groups": ["g"]}
-    return {
-        "/.zgroup": b'{"zarr_format": 2}',
-        "/.zattrs": attrs(
-            {"_nczarr_group": group, "_nczarr_superblock": {"version": "2.0.0"}},
-            {"_nczarr_group": "|J0", "_nczarr_superblock": "|J0"},
-        ),
-        "/v/.zarray": zarray([2, 3], "<i4", -1),
-        "/v/.zattrs": attrs(
-            {
-                "_FillValue": -1,
-                "units": "m",
-                "_ARRAY_DIMENSIONS": ["x", "y"],
-                "_nczarr_array": {"dimension_references": ["/x", "/y"], "storage": "chunked"},
-            },
-            {"_FillValue": "<i4", "units": ">S1", "_nczarr_array": "|J0"},
-        ),
-        "/v/0.0": np.array([1, 2, 3, 4, 5, -1], "<i4").tobytes(),
-        "/g/.zgroup": b'{"zarr_format": 2}',
-        "/g/.zattrs": attrs(
-            {"_nczarr_group": {"dimensions": {}, "arrays": ["d"], "groups": []}}, {"_nczarr_group": "|J0"}
-        ),
-        "/g/d/.zarray": zarray([3], "<f8", "NaN"),
-        "/g/d/.zattrs": attrs(
-            {
-                "_ARRAY_DIMENSIONS": ["y"],
-                "_nczarr_array": {"dimension_references": ["/y"], "storage": "chunked"},
-            },
-            {"_nczarr_array": "|J0"},
-        ),
-        "/g/d/0": np.array([1.5, 2.5, 3.5], "<f8").tobytes(),
-    }
+def write(url: str) -> None:
+    with nczmap.create_dataset(url) as ds:
+        ds.attrs["title"] = "nczmap example"
+        ds.create_dimension("x", 2)
+        ds.create_dimension("y", 3)
+        v = ds.create_variable("v", ("x", "y"), "i4", fill_value=-1)
+        v.attrs["units"] = "m"
+        v[0, :] = [1, 2, 3]
+        v[1, :2] = [4, 5]
+        g = ds.create_group("g")
+        g.create_variable("d", ("y",), "f8", data=[1.5, 2.5, 3.5])
 
 
 def main(outdir: str) -> None:
     Path(outdir).mkdir(parents=True, exist_ok=True)
     for name in ("obs.zip", "obs.file"):
-        with open_map(str(Path(outdir, name).resolve()), "w") as zmap:
-            for key, data in objects().items():
-                zmap.write(key, data)
-        print(f"wrote {Path(outdir, name)}")
+        path = Path(outdir, name).resolve()
+        write(str(path))
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":
