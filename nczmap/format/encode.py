@@ -57,17 +57,11 @@ def _jsonable(value: object) -> object:
     return value
 
 
-class _Float32(float):
-    """A float32 value whose JSON text is its shortest float32 spelling (0.1, not 0.10000000149011612)."""
-
-    def __repr__(self) -> str:
-        return str(np.float32(self))
-
-
 def json_values(array: np.ndarray) -> list:
-    if array.dtype.kind == "f":
-        kind = _Float32 if array.dtype.itemsize == 4 else float
-        return [kind(v) if math.isfinite(v) else float(v) for v in array.tolist()]
+    """Plain Python values; a float32 becomes the double of its shortest spelling (0.1, not 0.100000001...),
+    which converts back to the same float32."""
+    if array.dtype.kind == "f" and array.dtype.itemsize == 4:
+        return [float(str(v)) if np.isfinite(v) else float(v) for v in array]
     return array.tolist()
 
 
@@ -107,6 +101,8 @@ def array_dtype(variable: Variable, dialect: str) -> str:
     if nctype is STRING:
         return f"|S{variable.layout.dtype.storage.itemsize}"
     order = variable.layout.dtype.storage.byteorder
+    if nctype.letter and variable.layout.dtype.storage.itemsize == 1 and dialect in ("D3", "PZ"):
+        return "|" + nctype.letter  # zarr-python 3 (and so xarray) refuses "<u1"; netcdf-c reads "|u1"
     order = "<" if order in ("=", "|") else order
     return dtype_string(nctype, order if order in "<>" else "<", 1, dialect)
 

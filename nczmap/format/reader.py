@@ -292,7 +292,12 @@ def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
     order = zarray.get("order", "C")
     if separator not in (".", "/") or order not in ("C", "F"):
         raise FormatError(f"array {key!r}: bad dimension_separator {separator!r} or order {order!r}")
-    codecs = CodecChain(list(zarray.get("filters") or []), zarray.get("compressor"), dtype.storage.itemsize)
+    filters, compressor = zarray.get("filters") or [], zarray.get("compressor")
+    if not isinstance(filters, list) or not all(isinstance(f, dict) and "id" in f for f in filters):
+        raise FormatError(f"array {key!r}: filters must be a list of codec objects, not {filters!r}")
+    if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
+        raise FormatError(f"array {key!r}: compressor must be a codec object or null, not {compressor!r}")
+    codecs = CodecChain(list(filters), compressor, dtype.storage.itemsize)
     fill = parse_fill(zarray.get("fill_value"), dtype.nctype, dtype.storage, key)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
 

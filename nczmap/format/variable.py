@@ -203,7 +203,7 @@ def write_selection(variable: Variable, selection: object, values: object) -> No
     from nczmap.format.writer import writer_of
 
     writer = writer_of(variable.group)
-    _grow_unlimited(variable, selection, writer)
+    _grow_unlimited(variable, selection, values, writer)
     layout = variable.layout
     indices, squeeze = _normalize_selection(selection, variable.shape, variable.key)
     if layout.scalar:
@@ -221,19 +221,34 @@ def write_selection(variable: Variable, selection: object, values: object) -> No
         variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk, key), key))
 
 
-def _grow_unlimited(variable: Variable, selection: object, writer) -> None:
+def _grow_unlimited(variable: Variable, selection: object, values: object, writer) -> None:
+    """Lengthen unlimited dimensions that the selection (or an open-ended slice's values) reaches past."""
     items = list(selection) if isinstance(selection, tuple) else [selection]
-    if Ellipsis in items or len(items) != len(variable.dims):
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (len(variable.dims) - len(items) + 1)
+    if len(items) != len(variable.dims):
         return
-    for item, dim in zip(items, variable.dims, strict=True):
-        if not dim.unlimited:
-            continue
-        needed = item.stop if isinstance(item, slice) and isinstance(item.stop, int) else None
-        if isinstance(item, (int, np.integer)) and item >= 0:
-            needed = int(item) + 1
-        if needed is not None and needed > dim.size:
-            dim.size = needed
-            writer.touch_dimension_users(dim)
+    value_shape = np.shape(values)
+    axes = [i for i, item in enumerate(items) if not isinstance(item, (int, np.integer))]
+    for position, (item, dim) in enumerate(zip(items, variable.dims, strict=True)):
+        if dim.unlimited:
+            needed = _needed_length(item, position, axes, value_shape)
+            if needed is not None and needed > dim.size:
+                dim.size = needed
+                writer.touch_dimension_users(dim)
+
+
+def _needed_length(item: object, position: int, axes: list[int], value_shape: tuple[int, ...]) -> int | None:
+    if isinstance(item, (int, np.integer)):
+        return int(item) + 1 if item >= 0 else None
+    if not isinstance(item, slice) or item.step not in (None, 1):
+        return None
+    if item.stop is not None:
+        return int(item.stop) if item.stop >= 0 else None
+    if len(value_shape) == len(axes):  # an open-ended slice takes its length from the values
+        return (item.start or 0) + value_shape[axes.index(position)]
+    return None
 
 
 def _user_values(variable: Variable, values: object, shape: tuple[int, ...]) -> np.ndarray:

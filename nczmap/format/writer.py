@@ -7,6 +7,7 @@ when the store has one or the URL asks for it (netcdf-c leaves it stale — bug 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import warnings
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nczmap.errors import FormatError
+from nczmap.errors import EmptyError, FormatError
 from nczmap.format import encode
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
+from nczmap.format.jsonutil import loads
 from nczmap.format.model import Dimension, Group
 from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout, Variable
@@ -68,7 +70,8 @@ class DatasetWriter:
                 else encode.array_objects(node, self.dialect, self.xarray)
             )
             for key, value in objects.items():
-                zmap.write(key, encode.dumps(value))
+                if not _stored_equal(zmap, key, value):
+                    zmap.write(key, encode.dumps(value))
         self.dirty.clear()
         if self.consolidated:
             zmap.write("/.zmetadata", encode.dumps(self.consolidated_document()))
@@ -80,6 +83,25 @@ class DatasetWriter:
             for variable in group.variables.values():
                 metadata.update(_zarr_objects(encode.array_objects(variable, self.dialect, self.xarray)))
         return {"metadata": metadata, "zarr_consolidated_format": 1}
+
+
+def _stored_equal(zmap, key: str, value: object) -> bool:
+    """True when ``key`` already holds JSON equal to ``value`` (whatever its spacing): no rewrite needed."""
+    try:
+        stored = loads(zmap.read(key), key)
+    except (EmptyError, FormatError):
+        return False
+    return _normalized(stored) == _normalized(json.loads(encode.dumps(value)))
+
+
+def _normalized(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _normalized(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normalized(v) for v in value]
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    return float(value) if isinstance(value, float) else value
 
 
 def _zarr_objects(objects: dict) -> dict:
