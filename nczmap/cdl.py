@@ -30,6 +30,7 @@ than the slab budget), so memory stays bounded whatever the variable's size.
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
 import sys
@@ -258,10 +259,15 @@ class ValueFormatter:
         if self.nctype in ("float", "double"):
             special = "f" if self.nctype == "float" else ""
             fmt = self.c_format or (FLOAT_DATA_FORMAT if special else DOUBLE_DATA_FORMAT)
-            return [_format_real(fmt, v, special) for v in values]
+            if fmt[-1] not in "eEfFgG":
+                return [_format_real(fmt, v, special) for v in values]
+            texts = _format_all(fmt, values)
+            for index in np.flatnonzero(~np.isfinite(flat)).tolist():
+                texts[index] = _format_real(fmt, values[index], special)
+            return texts
         if self.c_format is not None:
             return [_c_format(self.c_format, v) for v in values]
-        return [b"%d" % v for v in values]
+        return _format_all("%d", values)
 
     def _fill_mask(self, flat: np.ndarray) -> np.ndarray:
         if self.nctype == "float":
@@ -269,6 +275,13 @@ class ValueFormatter:
         if self.nctype == "double":
             return _float_equals(np.float64(self.fill), flat.astype(np.float64), _DBL_EPSILON)
         return flat == self.fill
+
+
+def _format_all(fmt: str, values: list) -> list[bytes]:
+    """``fmt % v`` for every value in one C-level formatting call (NUL never occurs in a number)."""
+    if not values:
+        return []
+    return ("\0".join([fmt] * len(values)) % tuple(values)).encode("ascii").split(b"\0")
 
 
 def _format_real(fmt: str, value: float, suffix: str) -> bytes:
@@ -350,6 +363,25 @@ class _Output:
 
     def indented(self, data: bytes) -> None:
         self.write(b" " * self.indent + data)
+
+    def lput_items(self, items: list[bytes], separator: bytes) -> None:
+        """``lput(item + separator)`` for each (non-empty) item: the data section's hot loop.
+
+        The loop only finds where lines wrap; the text is then joined a line at a time.
+        """
+        extra = len(separator)
+        limit, fresh = MAX_LINE_LEN, len(CONTINUATION) + self.indent
+        linep, wraps = self.linep, []
+        for index, size in enumerate(map(len, items)):
+            size += extra
+            if size + linep > limit:
+                wraps.append(index)
+                linep = fresh
+            linep += size
+        bounds = itertools.pairwise([0, *wraps, len(items)])
+        lines = [separator.join(items[a:b]) + separator if b > a else b"" for a, b in bounds]
+        self.write((b"\n" + b" " * self.indent + CONTINUATION).join(lines))
+        self.linep = linep
 
     def lput(self, data: bytes) -> None:
         if len(data) + self.linep > MAX_LINE_LEN and len(data) > 2:
@@ -714,12 +746,9 @@ class _VariableData:
             out.write(quote_char_data(raw))  # printed directly: the line position is not advanced
             last = b""
         else:
-            last = None
-            for piece in pieces:
-                for text in self.format(piece):
-                    if last is not None:
-                        out.lput(last + b", ")
-                    last = text
+            texts = [text for piece in pieces for text in self.format(piece)]
+            out.lput_items(texts[:-1], b", ")
+            last = texts[-1] if texts else None
         out.lput(last + b"}" * closes)
         if all(i == size - 1 for i, size in zip(index, self.shape, strict=False)):
             out.lput(b" ;")

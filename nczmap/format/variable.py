@@ -90,15 +90,57 @@ class Variable:
         indices, squeeze = _normalize_selection(selection, self.shape, self.key)
         if self.layout.scalar:
             indices = [np.arange(1)]
-        out = self._empty(tuple(len(ix) for ix in indices))
+        shape = tuple(len(ix) for ix in indices)
+        out = self._allocate(shape)
         if out.size:
             for chunk_index, (out_ix, in_ix) in _chunk_plan(indices, self.layout.chunks):
-                chunk = self._read_chunk(chunk_index)
-                if chunk is not None:
-                    out[np.ix_(*out_ix)] = chunk[np.ix_(*in_ix)]
+                self._read_into(out, chunk_index, _index(out_ix), in_ix)
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out
+
+    def _allocate(self, shape: tuple[int, ...]) -> np.ndarray:
+        """An uninitialised output array (every element is then read or filled)."""
+        if self.nctype.is_text:
+            return self._empty(shape)
+        return np.empty(shape, dtype=self.dtype)
+
+    def _read_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
+        """Place one chunk's selected values in ``out``: straight from storage into ``out`` when the chunk is
+        raw, native-order and wanted whole in a contiguous block; else decode and copy; fill if missing."""
+        key = self.chunk_key(chunk_index)
+        target = out[out_index]
+        if self._direct(in_ix) and isinstance(out_index, tuple) and target.flags.c_contiguous:
+            try:
+                got = self.group.root.zmap.read_into(key, memoryview(target).cast("B"))
+            except EmptyError:
+                got = None
+            if got is None:
+                out[out_index] = self._fill_scalar()
+            elif got != target.nbytes:
+                raise FormatError(f"chunk {key!r} holds {got} bytes, expected {target.nbytes}")
+            return
+        chunk = self._read_chunk(chunk_index)
+        out[out_index] = self._fill_scalar() if chunk is None else chunk[_index(in_ix)]
+
+    def _direct(self, in_ix) -> bool:
+        layout = self.layout
+        return (
+            not layout.codecs.configs
+            and layout.order == "C"
+            and not self.nctype.is_text
+            and layout.dtype.storage == self.dtype
+            and all(
+                isinstance(s, slice) and s.start == 0 and s.stop == c
+                for s, c in zip(in_ix, layout.chunks, strict=False)
+            )
+        )
+
+    def _fill_scalar(self) -> object:
+        fill = self.layout.fill_value
+        if fill is None:
+            return "" if self.nctype is STRING else (b"\x00" if self.nctype is CHAR else 0)
+        return fill
 
     def _empty(self, shape: tuple[int, ...]) -> np.ndarray:
         fill = self.layout.fill_value
@@ -184,18 +226,53 @@ def _normalize_selection(selection: object, shape: tuple[int, ...], where: str):
     return indices, squeeze
 
 
+Selector = slice | np.ndarray
+
+
 def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
-    """For every chunk touched: (chunk index, (positions in the output, positions in the chunk))."""
-    per_dim = []
-    for ix, size in zip(indices, chunks or (1,) * len(indices), strict=False):
-        chunk_ids = ix // size
-        groups = []
-        for chunk_id in np.unique(chunk_ids):
-            where = np.nonzero(chunk_ids == chunk_id)[0]
-            groups.append((int(chunk_id), where, ix[where] - chunk_id * size))
-        per_dim.append(groups)
+    """For every chunk touched: (chunk index, (output selectors, in-chunk selectors)), one per dimension.
+
+    Selectors are slices wherever the positions are contiguous, so whole-chunk copies are plain memcpy.
+    """
+    per_dim = [
+        _dimension_plan(ix, size) for ix, size in zip(indices, chunks or (1,) * len(indices), strict=False)
+    ]
     for combo in itertools.product(*per_dim):
         yield tuple(c[0] for c in combo), (tuple(c[1] for c in combo), tuple(c[2] for c in combo))
+
+
+def _dimension_plan(ix: np.ndarray, size: int) -> list[tuple[int, Selector, Selector]]:
+    chunk_ids = ix // size
+    if len(ix) > 1 and np.all(np.diff(ix) > 0):  # ascending: runs of equal chunk ids, cut at the changes
+        cuts = np.flatnonzero(np.diff(chunk_ids)) + 1
+        runs = zip(np.concatenate(([0], cuts)), np.concatenate((cuts, [len(ix)])), strict=True)
+        groups = [np.arange(start, stop) for start, stop in runs]
+    else:
+        groups = [np.nonzero(chunk_ids == chunk_id)[0] for chunk_id in np.unique(chunk_ids)]
+    plan = []
+    for where in groups:
+        chunk_id = int(chunk_ids[where[0]])
+        plan.append((chunk_id, _as_selector(where), _as_selector(ix[where] - chunk_id * size)))
+    return plan
+
+
+def _as_selector(positions: np.ndarray) -> Selector:
+    """A slice for a run of consecutive positions, else the positions themselves."""
+    first, count = int(positions[0]), len(positions)
+    if int(positions[-1]) - first == count - 1 and (count < 3 or np.all(np.diff(positions) == 1)):
+        return slice(first, first + count)
+    return positions
+
+
+def _selector_length(selector: Selector) -> int:
+    return selector.stop - selector.start if isinstance(selector, slice) else len(selector)
+
+
+def _index(selectors: tuple[Selector, ...]):
+    """A numpy index for per-dimension selectors (plain slices when possible, else an open mesh)."""
+    if all(isinstance(s, slice) for s in selectors):
+        return selectors
+    return np.ix_(*(np.arange(s.start, s.stop) if isinstance(s, slice) else s for s in selectors))
 
 
 def write_selection(variable: Variable, selection: object, values: object) -> None:
@@ -213,10 +290,10 @@ def write_selection(variable: Variable, selection: object, values: object) -> No
     chunk_shape = layout.chunks or (1,)
     for chunk_index, (out_ix, in_ix) in _chunk_plan(indices, layout.chunks):
         index = () if layout.scalar else chunk_index
-        whole = all(len(ix) == size for ix, size in zip(in_ix, chunk_shape, strict=True))
+        whole = all(_selector_length(ix) == size for ix, size in zip(in_ix, chunk_shape, strict=True))
         existing = None if whole else variable._read_chunk(index)
         chunk = variable._empty(chunk_shape) if existing is None else existing.copy()
-        chunk[np.ix_(*in_ix)] = data[np.ix_(*out_ix)]
+        chunk[_index(in_ix)] = data[_index(out_ix)]
         key = variable.chunk_key(index)
         variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk, key), key))
 

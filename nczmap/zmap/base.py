@@ -75,6 +75,21 @@ class ZMap(ABC):
             raise EmptyError(key, self.location)
         return self._read(key, start, count)
 
+    def read_into(self, key: str, buffer: memoryview, start: int = 0) -> int:
+        """Read up to ``len(buffer)`` bytes of the object from ``start`` into ``buffer``; returns the count.
+
+        Lets callers fill a numpy array without an intermediate copy; drivers may override it.
+        """
+        key = self._key(key)
+        if key == ROOT:
+            raise EmptyError(key, self.location)
+        return self._read_into(key, buffer, start)
+
+    def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
+        data = self._read(key, start, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
     def write(self, key: str, data: object) -> None:
         """Store ``data`` as the whole content of ``key``, replacing any previous content atomically."""
         key = self._key(key, writing=True)

@@ -108,6 +108,24 @@ class FileMap(ZMap):
         finally:
             os.close(fd)
 
+    def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
+        try:
+            done = 0
+            while done < len(buffer):
+                count = os.preadv(fd, [buffer[done:]], start + done)
+                if not count:
+                    break
+                done += count
+            return done
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
+        finally:
+            os.close(fd)
+
     def _read_error(self, key: str, exc: OSError) -> Exception:
         if exc.errno in _EMPTY_ERRNOS:
             return EmptyError(key, self.root)

@@ -1,0 +1,145 @@
+"""Data speed and memory: reading, copying and dumping stores, side by side with cat and C ncdump.
+
+1. Read every variable of a 1 GiB uncompressed store into numpy; ``cat`` of the same files is the bar
+   (target ≥ 0.8× its throughput). Both run warm (files in the page cache).
+2. ``nczmap copy`` of that store to a new directory store (target ≥ 0.8× cat's throughput).
+3. ``nczmap copy`` of a 2 GiB store in a child process: peak resident memory (target < 300 MB).
+4. Full ``nczmap ncdump`` (data included) of a 50 MB store against C ``ncdump`` (target ≤ 1.5× its time).
+
+    .venv/bin/python bench/bench_data.py [--gib 1] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import nczmap
+
+CHUNK = (512, 2048)  # 4 MiB of float32
+
+
+def build(path: Path, total_bytes: int, version: str | None = None) -> str:
+    """Float32 variables of 128 MiB (fewer when small), 4 MiB chunks, random data (incompressible)."""
+    url = path.as_uri() + "#mode=nczarr,file"
+    per_variable = min(total_bytes, 128 << 20)
+    rows = per_variable // (4 * CHUNK[1])
+    rng = np.random.default_rng(0)
+    block = rng.random((CHUNK[0], CHUNK[1]), dtype=np.float32)
+    with nczmap.create_dataset(url, netcdf_version=version) as ds:
+        ds.create_dimension("row", rows)
+        ds.create_dimension("col", CHUNK[1])
+        for index in range(max(1, total_bytes // per_variable)):
+            var = ds.create_variable(f"v{index}", ("row", "col"), "f4", chunks=(min(CHUNK[0], rows), CHUNK[1]))
+            for start in range(0, rows, CHUNK[0]):
+                stop = min(rows, start + CHUNK[0])
+                var[start:stop, :] = block[: stop - start]
+    return url
+
+
+def files_of(path: Path) -> list[str]:
+    return [str(p) for p in sorted(path.rglob("*")) if p.is_file()]
+
+
+def timed(function) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def best_of(function, rounds: int) -> float:
+    return min(timed(function) for _ in range(rounds))
+
+
+def cat(files: list[str]) -> None:
+    subprocess.run(["cat", *files], stdout=subprocess.DEVNULL, check=True)
+
+
+def read_all(url: str) -> int:
+    total = 0
+    with nczmap.open_dataset(url) as ds:
+        for var in ds.variables.values():
+            total += var[...].nbytes
+    return total
+
+
+def copy_in_child(source: str, destination: str) -> tuple[float, int]:
+    """Seconds and peak RSS (bytes) of ``nczmap copy`` run as its own process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "nczmap", "copy", source, destination], check=True)
+    seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return seconds, max(peak, before) * 1024
+
+
+def ratio_line(label: str, value: float, target: str, met: bool) -> None:
+    print(f"{label:42s} {value:8.2f}×   (target {target})  {'TARGET MET' if met else 'TARGET MISSED'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the read/copy store")
+    parser.add_argument("--memory-gib", type=float, default=2.0, help="size of the store copied for memory")
+    parser.add_argument("--dump-mb", type=float, default=50.0, help="size of the ncdump store")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, one round")
+    args = parser.parse_args()
+    if args.quick:
+        args.gib, args.memory_gib, args.dump_mb, args.rounds = 1 / 64, 1 / 32, 1.0, 1
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        size = int(args.gib * (1 << 30))
+        url = build(base / "store.file", size)
+        files = files_of(base / "store.file")
+        nbytes = sum(os.path.getsize(f) for f in files)
+        cat(files)  # warm the page cache
+        t_cat = best_of(lambda: cat(files), args.rounds)
+        t_read = best_of(lambda: read_all(url), args.rounds)
+        print(f"store: {nbytes / 2**20:.0f} MiB in {len(files)} files")
+        print(f"cat                                        {nbytes / t_cat / 2**20:8.0f} MiB/s")
+        print(f"nczmap read every variable                 {nbytes / t_read / 2**20:8.0f} MiB/s")
+        ratio_line("read throughput nczmap/cat", t_cat / t_read, "≥ 0.8", t_cat / t_read >= 0.8)
+
+        def copy_once() -> None:
+            shutil.rmtree(base / "copy.file", ignore_errors=True)
+            nczmap.copy.copy(url, str(base / "copy.file"))
+
+        t_copy = best_of(copy_once, args.rounds)
+        print(f"nczmap copy file -> file                   {nbytes / t_copy / 2**20:8.0f} MiB/s")
+        ratio_line("copy throughput nczmap/cat", t_cat / t_copy, "≥ 0.8", t_cat / t_copy >= 0.8)
+        shutil.rmtree(base / "copy.file", ignore_errors=True)
+        shutil.rmtree(base / "store.file", ignore_errors=True)
+
+        big = build(base / "big.file", int(args.memory_gib * (1 << 30)))
+        seconds, peak = copy_in_child(big, str(base / "big-copy.zip"))
+        print(f"nczmap copy of {args.memory_gib:g} GiB to zip: {seconds:.1f} s, peak RSS {peak / 1e6:.0f} MB")
+        print(f"{'peak memory of that copy':42s} {peak / 1e6:8.0f} MB  (target < 300 MB)  "
+              f"{'TARGET MET' if peak < 300e6 else 'TARGET MISSED'}")
+        shutil.rmtree(base / "big.file", ignore_errors=True)
+        (base / "big-copy.zip").unlink()
+
+        dump_url = build(base / "dump.file", int(args.dump_mb * (1 << 20)), "4.9.0")
+        ours = [sys.executable, "-m", "nczmap", "ncdump", dump_url]
+        t_ours = best_of(lambda: subprocess.run(ours, stdout=subprocess.DEVNULL, check=True), args.rounds)
+        print(f"nczmap ncdump of {args.dump_mb:g} MB                    {t_ours:8.2f} s")
+        if shutil.which("ncdump"):
+            theirs = ["ncdump", dump_url]
+            t_c = best_of(lambda: subprocess.run(theirs, stdout=subprocess.DEVNULL, check=True), args.rounds)
+            print(f"C ncdump of the same store                 {t_c:8.2f} s")
+            ratio_line("ncdump time nczmap/C", t_ours / t_c, "≤ 1.5", t_ours / t_c <= 1.5)
+
+
+if __name__ == "__main__":
+    import nczmap.copy
+
+    main()
