@@ -39,7 +39,8 @@ def build(path: Path, total_bytes: int, version: str | None = None) -> str:
         ds.create_dimension("row", rows)
         ds.create_dimension("col", CHUNK[1])
         for index in range(max(1, total_bytes // per_variable)):
-            var = ds.create_variable(f"v{index}", ("row", "col"), "f4", chunks=(min(CHUNK[0], rows), CHUNK[1]))
+            chunks = (min(CHUNK[0], rows), CHUNK[1])
+            var = ds.create_variable(f"v{index}", ("row", "col"), "f4", chunks=chunks)
             for start in range(0, rows, CHUNK[0]):
                 stop = min(rows, start + CHUNK[0])
                 var[start:stop, :] = block[: stop - start]
@@ -123,8 +124,10 @@ def main() -> None:
         big = build(base / "big.file", int(args.memory_gib * (1 << 30)))
         seconds, peak = copy_in_child(big, str(base / "big-copy.zip"))
         print(f"nczmap copy of {args.memory_gib:g} GiB to zip: {seconds:.1f} s, peak RSS {peak / 1e6:.0f} MB")
-        print(f"{'peak memory of that copy':42s} {peak / 1e6:8.0f} MB  (target < 300 MB)  "
-              f"{'TARGET MET' if peak < 300e6 else 'TARGET MISSED'}")
+        print(
+            f"{'peak memory of that copy':42s} {peak / 1e6:8.0f} MB  (target < 300 MB)  "
+            f"{'TARGET MET' if peak < 300e6 else 'TARGET MISSED'}"
+        )
         shutil.rmtree(base / "big.file", ignore_errors=True)
         (base / "big-copy.zip").unlink()
 
