@@ -40,6 +40,7 @@ from typing import BinaryIO, TextIO
 import numpy as np
 
 from nczmap.errors import NCZError
+from nczmap.format.jsonutil import netcdf_text
 
 MAX_LINE_LEN = 80 - 2  # vardata.c: set_max_len(80) stores len - 2
 CONTINUATION = b"    "  # LINEPIND
@@ -585,7 +586,7 @@ def special_attributes(variable) -> list[tuple[str, bytes]]:
         text = "|".join(",".join(str(n) for n in (fid, *params)) for fid, params in other)
         items.append(("_Filter", b' = "' + text.encode() + b'" ;\n'))
     if configs:
-        codecs = "[" + ",".join(ncjson_text(config) for config in configs) + "]"
+        codecs = "[" + ",".join(netcdf_text(config) for config in configs) + "]"
         items.append(("_Codecs", b' = "' + _escaped_string(codecs) + b'" ;\n'))
     multi_byte = variable.nctype.numpy.itemsize > 1 and variable.nctype.name != "string"
     if multi_byte and layout.dtype.explicit_order:
@@ -630,22 +631,6 @@ def _hdf5_filter(config: dict) -> tuple[int, list[int]] | None:
         blocksize, clevel = int(config.get("blocksize", 1)), int(config.get("clevel", 9))
         return 32001, [0, 0, 0, blocksize, clevel, int(config.get("shuffle", 0)), code]
     return None
-
-
-def ncjson_text(value: object) -> str:
-    """JSON as netcdf-c's ``NCJunparse`` writes it: ``", "`` between members, ``","`` between items."""
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{ncjson_text(k)}: {ncjson_text(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(ncjson_text(v) for v in value) + "]"
-    if isinstance(value, str):
-        escapes = {"\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
-        return '"' + "".join(escapes.get(c, c) for c in value) + '"'
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return getattr(value, "text", None) or repr(value)  # netcdf-c keeps a number's source text
 
 
 def _escaped_string(text: str) -> bytes:

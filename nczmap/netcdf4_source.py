@@ -72,12 +72,10 @@ def _load_group(source, group: Group) -> None:
 
 
 def _find_dimension(group: Group, name: str) -> Dimension:
-    scope: Group | None = group
-    while scope is not None:
-        if name in scope.dimensions:
-            return scope.dimensions[name]
-        scope = scope.parent
-    raise FormatError(f"dimension {name!r} of group {group.path!r} not found")
+    found = group.lookup_dimension(name)
+    if found is None:
+        raise FormatError(f"dimension {name!r} of group {group.path!r} not found")
+    return found
 
 
 def _variable(group: Group, name: str, source) -> NetCDF4Variable:

@@ -147,6 +147,15 @@ class Group:
             group = group.parent
         return group
 
+    def lookup_dimension(self, name: str) -> Dimension | None:
+        """The dimension a variable of this group means by ``name``: its own, else the nearest ancestor's."""
+        scope: Group | None = self
+        while scope is not None:
+            if name in scope.dimensions:
+                return scope.dimensions[name]
+            scope = scope.parent
+        return None
+
     def find_dimension(self, path: str) -> Dimension | None:
         """The dimension named by a fully qualified name such as ``/g/y``."""
         *group_names, name = path.strip("/").split("/")

@@ -162,12 +162,10 @@ def resolve_dimension(group: Group, name: str | Dimension) -> Dimension:
         found = group.find_dimension(name)
         if found is not None:
             return found
-    scope: Group | None = group
-    while scope is not None:
-        if name in scope.dimensions:
-            return scope.dimensions[name]
-        scope = scope.parent
-    raise FormatError(f"dimension {name!r} is not defined in group {group.path!r} or its ancestors")
+    found = group.lookup_dimension(name) if isinstance(name, str) else None
+    if found is None:
+        raise FormatError(f"dimension {name!r} is not defined in group {group.path!r} or its ancestors")
+    return found
 
 
 def create_variable(
