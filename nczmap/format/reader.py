@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import gc
 import warnings
 
 import numpy as np
@@ -104,7 +105,7 @@ def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> str:
         return "D2"
     if isinstance(zgroup.get("_NCZARR_SUPERBLOCK"), dict):
         return "D1"
-    if source.zmap.exists("/.nczarr"):
+    if source.consolidated is None and source.zmap.exists("/.nczarr"):  # 4.8.0 never consolidated
         return "D0"
     return "PZ"
 
@@ -123,7 +124,13 @@ def read_dataset(zmap: ZMap, url: ParsedURL | None) -> Dataset:
     pure = dialect == "PZ" or bool(url and url.zarr)
     xarray = url.xarray if url is not None else True
     reader = _Reader(dataset, source, pure, xarray)
-    reader.group("/", dataset, zgroup, zattrs)
+    collecting = gc.isenabled()
+    gc.disable()  # thousands of small linked objects: the cyclic collector only slows the build down
+    try:
+        reader.group("/", dataset, zgroup, zattrs)
+    finally:
+        if collecting:
+            gc.enable()
     return dataset
 
 
@@ -133,6 +140,7 @@ class _Reader:
         self.source = source
         self.pure = pure
         self.xarray = xarray
+        self.dimensions_by_path: dict[str, Dimension] = {}
 
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
@@ -176,7 +184,8 @@ class _Reader:
                 size, unlimited = spec.get("size"), bool(spec.get("unlimited", 0))
             if not isinstance(size, int) or size < 0:
                 raise FormatError(f"dimension {name!r} of group {key!r} has no valid size: {spec!r}")
-            group.dimensions[name] = Dimension(name, int(size), unlimited, group)
+            dimension = group.dimensions[name] = Dimension(name, int(size), unlimited, group)
+            self.dimensions_by_path[dimension.path] = dimension
 
     def _types(self, key: str, zattrs: dict, group: bool) -> dict:
         for name in ("_nczarr_attr", "_NCZARR_ATTR"):
@@ -244,7 +253,9 @@ class _Reader:
             )
         dims = []
         for ref, size in zip(refs, layout.shape, strict=True):
-            dim = group.find_dimension(ref) if isinstance(ref, str) else None
+            dim = self.dimensions_by_path.get(ref) if isinstance(ref, str) else None
+            if dim is None and isinstance(ref, str):
+                dim = group.find_dimension(ref)  # spelled unusually (e.g. without the leading "/")
             if dim is None:
                 raise FormatError(f"array {key!r} refers to dimension {ref!r}, which is not defined")
             if dim.size != size and not dim.unlimited:
