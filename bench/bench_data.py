@@ -115,8 +115,15 @@ def main() -> None:
             shutil.rmtree(base / "copy.file", ignore_errors=True)
             nczmap.copy.copy(url, str(base / "copy.file"))
 
+        def cp_once() -> None:
+            shutil.rmtree(base / "cp.file", ignore_errors=True)
+            subprocess.run(["cp", "-r", str(base / "store.file"), str(base / "cp.file")], check=True)
+
         t_copy = best_of(copy_once, args.rounds)
+        t_cp = best_of(cp_once, args.rounds)
+        shutil.rmtree(base / "cp.file", ignore_errors=True)
         print(f"nczmap copy file -> file                   {nbytes / t_copy / 2**20:8.0f} MiB/s")
+        print(f"cp -r of the same directory (reference)    {nbytes / t_cp / 2**20:8.0f} MiB/s")
         ratio_line("copy throughput nczmap/cat", t_cat / t_copy, "≥ 0.8", t_cat / t_copy >= 0.8)
         shutil.rmtree(base / "copy.file", ignore_errors=True)
         shutil.rmtree(base / "store.file", ignore_errors=True)

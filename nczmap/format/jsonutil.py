@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 
 from nczmap.errors import EmptyError, FormatError
 
@@ -64,7 +65,7 @@ _LOOSE_NUMBER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][+-]?\d+)
 _BARE_WORD = re.compile(r"[A-Za-z0-9_$+\-.]+")
 
 
-def loads(text: str | bytes, where: str = "") -> object:
+def loads(text: str | bytes, where: str | Callable[[], str] = "") -> object:
     """Parse JSON text; strict JSON first, then netcdf-c's lenient grammar."""
     if isinstance(text, bytes):
         try:
@@ -81,7 +82,8 @@ def loads(text: str | bytes, where: str = "") -> object:
         parser.end()
         return value
     except (ValueError, IndexError, RecursionError) as exc:
-        raise FormatError(f"invalid JSON in {where or 'metadata'}: {exc}") from None
+        place = where() if callable(where) else where
+        raise FormatError(f"invalid JSON in {place or 'metadata'}: {exc}") from None
 
 
 class _LenientParser:

@@ -56,7 +56,7 @@ class MetadataSource:
             value = self.consolidated.get(key.lstrip("/"))
         else:
             try:
-                value = loads(self.zmap.read(key), f"{key!r} of {self.zmap.location}")
+                value = loads(self.zmap.read(key), lambda: f"{key!r} of {self.zmap.location}")
             except EmptyError:
                 return None
         if value is not None and not isinstance(value, dict):

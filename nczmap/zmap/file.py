@@ -27,6 +27,7 @@ from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, sor
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+_GUESS = 1 << 16
 
 
 class FileMap(ZMap):
@@ -213,7 +214,12 @@ class FileMap(ZMap):
 def _read_range(fd: int, start: int, count: int | None) -> bytes:
     """``count`` bytes from ``start`` (to the end when None) with positional reads, no buffering layer."""
     if count is None:
-        count = max(0, os.fstat(fd).st_size - start)
+        first = os.pread(fd, _GUESS, start)  # metadata objects fit: one call, no fstat
+        if len(first) < _GUESS:
+            return first
+        start += len(first)
+        rest = _read_range(fd, start, max(0, os.fstat(fd).st_size - start))
+        return first + rest
     parts, wanted = [], count
     while wanted:
         part = os.pread(fd, wanted, start + count - wanted)
