@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from nczmap.concurrency import run_bounded
 from nczmap.errors import EmptyError
 from nczmap.format import Dataset, Group, Variable, create_dataset, open_dataset
 
@@ -127,19 +128,17 @@ def _same_storage(source: Variable, dest: Variable) -> bool:
 
 
 def _copy_data(source: Variable, dest: Variable) -> Iterator[None]:
-    raw = _same_storage(source, dest)
-    source_map = getattr(source.group.root, "zmap", None)
-    for index in chunk_grid(dest):
-        if raw:
-            try:
-                data = source_map.read(source.chunk_key(index))
-            except EmptyError:
-                data = None
-            if data is not None:
-                dest.group.root.zmap.write(dest.chunk_key(index), data)
-        else:
-            _copy_region(source, dest, index)
-        yield None
+    """Copy every chunk (a few at a time), yielding once per chunk done."""
+    copy_chunk = _copy_raw if _same_storage(source, dest) else _copy_region
+    yield from run_bounded(lambda index=index: copy_chunk(source, dest, index) for index in chunk_grid(dest))
+
+
+def _copy_raw(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:
+    try:
+        data = source.group.root.zmap.read(source.chunk_key(index))
+    except EmptyError:
+        return
+    dest.group.root.zmap.write(dest.chunk_key(index), data)
 
 
 def _copy_region(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:

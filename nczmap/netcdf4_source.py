@@ -6,6 +6,8 @@ one-valued NC_STRING attribute from a char attribute; such attributes are copied
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from nczmap.errors import DriverNotAvailable, FormatError
@@ -15,6 +17,8 @@ from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout, Variable
 from nczmap.format.writer import default_chunks
 
+_HDF5_LOCK = threading.Lock()
+
 
 class NetCDF4Variable(Variable):
     def __init__(self, group: Group, name: str, dims, layout: ArrayLayout, source) -> None:
@@ -22,7 +26,8 @@ class NetCDF4Variable(Variable):
         self.source = source
 
     def read(self, selection: object = Ellipsis) -> np.ndarray:
-        values = self.source[selection]
+        with _HDF5_LOCK:  # libhdf5 is not thread-safe; copy reads chunks from several threads
+            values = self.source[selection]
         if self.nctype is STRING:
             return np.asarray(values, dtype=object)
         return np.asarray(values)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nczmap.concurrency import run_all
 from nczmap.errors import EmptyError, FormatError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Attributes, Dimension, Group
@@ -93,8 +94,8 @@ class Variable:
         shape = tuple(len(ix) for ix in indices)
         out = self._allocate(shape)
         if out.size:
-            for chunk_index, (out_ix, in_ix) in _chunk_plan(indices, self.layout.chunks):
-                self._read_into(out, chunk_index, _index(out_ix), in_ix)
+            plan = list(_chunk_plan(indices, self.layout.chunks))
+            run_all([lambda c=c, o=o, i=i: self._read_into(out, c, _index(o), i) for c, (o, i) in plan])
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out

@@ -59,7 +59,7 @@ class ZipMap(ZMap):
         self._archive: zipfile.ZipFile | None = None
         self._fd: int | None = None
         self._stage: IO[bytes] | None = None
-        self._stage_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._dirty = False
         self._open_archive()
         self._dirty = self._dirty or mode == "w"
@@ -178,14 +178,14 @@ class ZipMap(ZMap):
             raise StorageError(f"cannot read member {info.filename!r} of {self.path!r}: {exc}") from exc
 
     def _write(self, key: str, data: memoryview) -> None:
-        check_leaf(self._index, self._members, key, self.location)
-        with self._stage_lock:
+        with self._lock:  # writes may come from several threads (chunk copies)
+            check_leaf(self._index, self._members, key, self.location)
             stage = self._staging_file()
             offset = stage.seek(0, os.SEEK_END)
             stage.write(data)
-        self._members[key] = Staged(offset, len(data))
-        self._index.add(key)
-        self._dirty = True
+            self._members[key] = Staged(offset, len(data))
+            self._index.add(key)
+            self._dirty = True
 
     def _staging_file(self) -> IO[bytes]:
         if self._stage is None:
@@ -202,10 +202,11 @@ class ZipMap(ZMap):
         return self._index.children(prefix)
 
     def _delete(self, key: str) -> None:
-        removed = self._index.remove(key, self._members.__contains__)
-        for node in removed:
-            self._members.pop(node, None)
-        self._dirty = self._dirty or bool(removed)
+        with self._lock:
+            removed = self._index.remove(key, self._members.__contains__)
+            for node in removed:
+                self._members.pop(node, None)
+            self._dirty = self._dirty or bool(removed)
 
     def _truncate(self) -> None:
         self._members.clear()
