@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
-WIDTH = 4  # chunk operations in flight: bounds the memory held by chunks being read or written
+WIDTH = 8  # chunk operations in flight: bounds the memory held by chunks being read or written
 _executor: ThreadPoolExecutor | None = None
 
 
