@@ -29,6 +29,7 @@ than the slab budget), so memory stays bounded whatever the variable's size.
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import math
@@ -248,6 +249,22 @@ class ValueFormatter:
                 texts[index] = FILL_STRING
         return texts
 
+    def joined(self, values: np.ndarray, separator: bytes) -> bytes | None:
+        """All values formatted and joined in one C-level call, or None when some value needs more than
+        the plain format (a fill ``_``, NaN, Infinity, strings, C_format conversions)."""
+        if self.nctype == "string" or self.c_format is not None or not values.size:
+            return None
+        if self.nctype in ("float", "double"):
+            if not np.isfinite(values).all():
+                return None
+            fmt = FLOAT_DATA_FORMAT if self.nctype == "float" else DOUBLE_DATA_FORMAT
+        else:
+            fmt = "%d"
+        if self.fill is not None and self._fill_mask(values).any():
+            return None
+        text = separator.decode().join([fmt] * values.size) % tuple(values.tolist())
+        return text.encode("ascii")
+
     def _string(self, value: str | None) -> bytes:
         if value == "":
             value = None  # NCZarr returns NULL for a string whose first byte is NUL
@@ -337,6 +354,24 @@ def _c_format(fmt: str, value: object) -> bytes:
 
 
 # ============================================================================ output with ncdump's lput
+@functools.lru_cache(maxsize=64)
+def _fitting(width: int, separator: bytes) -> re.Pattern[bytes]:
+    """The longest prefix of at most ``width`` bytes that ends with ``separator`` (never matches if <= 0)."""
+    if width <= 0:
+        return re.compile(b"(?!)")
+    return re.compile(b"(?s).{1,%d}(?<=%s)" % (width, re.escape(separator)))
+
+
+@functools.lru_cache(maxsize=64)
+def _lines(width: int, separator: bytes) -> re.Pattern[bytes]:
+    """Successive output lines: the longest fitting run of units, else one unit too long for any line."""
+    unit_end = re.escape(separator)
+    overlong = b".+?%s" % unit_end
+    if width <= 0:
+        return re.compile(overlong, re.DOTALL)
+    return re.compile(b".{1,%d}(?<=%s)|%s" % (width, unit_end, overlong), re.DOTALL)
+
+
 class _Output:
     """Byte output with ncdump's line-position bookkeeping (``lput``) for the data section."""
 
@@ -383,6 +418,20 @@ class _Output:
         lines = [separator.join(items[a:b]) + separator if b > a else b"" for a, b in bounds]
         self.write((b"\n" + b" " * self.indent + CONTINUATION).join(lines))
         self.linep = linep
+
+    def lput_row(self, row: bytes, separator: bytes) -> None:
+        """:meth:`lput_items` for ``item + separator`` units already joined into ``row``, where no item
+        contains ``separator`` (numbers), a line per regex match: the longest run of whole units that fits
+        is exactly what ``lput`` puts on a line, and an item too long for any line goes alone after its
+        wrap."""
+        if not row:
+            return
+        fresh = len(CONTINUATION) + self.indent
+        first = _fitting(MAX_LINE_LEN - self.linep, separator).match(row)
+        position = first.end() if first else 0
+        lines = [row[:position], *_lines(MAX_LINE_LEN - fresh, separator).findall(row, position)]
+        self.write((b"\n" + b" " * self.indent + CONTINUATION).join(lines))
+        self.linep = (self.linep if len(lines) == 1 else fresh) + len(lines[-1])
 
     def lput(self, data: bytes) -> None:
         if len(data) + self.linep > MAX_LINE_LEN and len(data) > 2:
@@ -731,9 +780,18 @@ class _VariableData:
             out.write(quote_char_data(raw))  # printed directly: the line position is not advanced
             last = b""
         else:
-            texts = [text for piece in pieces for text in self.format(piece)]
-            out.lput_items(texts[:-1], b", ")
-            last = texts[-1] if texts else None
+            values = [piece.reshape(-1) for piece in pieces]
+            row = self.format.joined(np.concatenate(values) if len(values) > 1 else values[0], b", ")
+            if row is not None:  # the common case: one formatting call, one regex match per line
+                head, _, last = row.rpartition(b", ")
+                out.lput_row(head + b", " if head else b"", b", ")
+            else:
+                texts = [text for piece in values for text in self.format(piece)]
+                if self.format.nctype == "string":  # quoted text may hold the separator itself
+                    out.lput_items(texts[:-1], b", ")
+                else:
+                    out.lput_row(b"".join(text + b", " for text in texts[:-1]), b", ")
+                last = texts[-1]
         out.lput(last + b"}" * closes)
         if all(i == size - 1 for i, size in zip(index, self.shape, strict=False)):
             out.lput(b" ;")
