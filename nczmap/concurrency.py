@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importing concurrent.futures costs start-up time (it loads logging)
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 WIDTH = 8  # chunk operations in flight: bounds the memory held by chunks being read or written
 _executor: ThreadPoolExecutor | None = None
@@ -13,6 +16,8 @@ _executor: ThreadPoolExecutor | None = None
 def _pool() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
+        from concurrent.futures import ThreadPoolExecutor
+
         _executor = ThreadPoolExecutor(WIDTH, thread_name_prefix="nczmap-io")
     return _executor
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
 import stat
 
@@ -138,7 +137,7 @@ class FileMap(ZMap):
         self._ensure_parent(key, directory)
         if os.path.isdir(path):
             raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: it is a directory")
-        temp = os.path.join(directory, f"{TEMP_PREFIX}{secrets.token_hex(8)}")
+        temp = os.path.join(directory, f"{TEMP_PREFIX}{os.urandom(8).hex()}")
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "wb") as handle:

@@ -12,7 +12,6 @@ old one by rename, so an interrupted session leaves the previous archive intact 
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import struct
 import tempfile
@@ -238,7 +237,7 @@ class ZipMap(ZMap):
     # ----------------------------------------------------------------- committing
     def _rewrite(self) -> None:
         directory = os.path.dirname(self.path) or "."
-        temp = os.path.join(directory, f"{TEMP_PREFIX}{secrets.token_hex(8)}.zip")
+        temp = os.path.join(directory, f"{TEMP_PREFIX}{os.urandom(8).hex()}.zip")
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w", allowZip64=True) as out:
