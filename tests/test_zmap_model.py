@@ -40,11 +40,15 @@ class DriverAgreesWithModel(RuleBasedStateMachine):
     driver = "file"
     written = Bundle("written")
 
+    s3 = None  # the moto server, for the s3 machine
+
     @initialize()
     def open_maps(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="nczmap-model-"))
         suffix = "zip" if self.driver == "zip" else "file"
         self.url = (self.directory / f"ds.{suffix}").as_uri() + f"#mode=nczarr,{self.driver}"
+        if self.driver == "s3":
+            self.url = self.s3.url()
         self.model = MemoryMap()
         self.real = open_map(self.url, "w")
 
@@ -105,6 +109,10 @@ class ZipAgreesWithModel(DriverAgreesWithModel):
     driver = "zip"
 
 
+class S3AgreesWithModel(DriverAgreesWithModel):
+    driver = "s3"
+
+
 MODEL_SETTINGS = settings(
     max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
@@ -113,3 +121,8 @@ MODEL_SETTINGS = settings(
 @pytest.mark.parametrize("machine", [DriverAgreesWithModel, ZipAgreesWithModel], ids=["file", "zip"])
 def test_driver_agrees_with_memory_model(machine):
     run_state_machine_as_test(machine, settings=MODEL_SETTINGS)
+
+
+def test_s3_driver_agrees_with_memory_model(s3_server):
+    S3AgreesWithModel.s3 = s3_server
+    run_state_machine_as_test(S3AgreesWithModel, settings=settings(MODEL_SETTINGS, max_examples=25))

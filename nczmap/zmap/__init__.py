@@ -27,4 +27,8 @@ def open_map(url: str | ParsedURL, mode: str = "r") -> ZMap:
         from nczmap.zmap.zip import ZipMap
 
         return ZipMap(parsed, mode)
-    raise DriverNotAvailable(f"the {parsed.driver!r} driver is not available yet for {parsed.original!r}")
+    if parsed.driver == "s3":
+        from nczmap.zmap.s3 import S3Map
+
+        return S3Map(parsed, mode)
+    raise DriverNotAvailable(f"the {parsed.driver!r} driver is not available for {parsed.original!r}")
