@@ -30,6 +30,8 @@ from nczmap.zmap.keys import ROOT, sort_names
 from nczmap.zmap.memory import check_leaf
 
 MAX_KEY_BYTES = 1024
+MULTIPART_BYTES = 32 << 20  # larger objects go up in parts (still atomic: visible only when complete)
+PART_BYTES = 8 << 20
 ANONYMOUS_PROFILES = ("no", "none", "anonymous")
 CLIENT_OPTIONS = {"timeout": "30s", "connect_timeout": "5s"}
 RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
@@ -171,7 +173,9 @@ class S3Map(ZMap):
             if self._index is not None:
                 check_leaf(self._index, self._sizes, key, self.location)
         try:
-            obstore.put(self._store, path, bytes(data))
+            obstore.put(
+                self._store, path, data, use_multipart=len(data) > MULTIPART_BYTES, chunk_size=PART_BYTES
+            )
         except Exception as exc:
             raise self._error(exc, "write", key) from exc
         with self._lock:

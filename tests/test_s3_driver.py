@@ -1,0 +1,57 @@
+"""S3-driver specifics against moto: listing past one page, multipart writes, key limits, URL forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nczmap
+
+
+def object_prefix(url: str) -> str:
+    return url.split("/nczbucket/", 1)[1].split("#", 1)[0]
+
+
+def test_search_pages_past_1000_keys(s3_server):
+    url = s3_server.url()
+    client = s3_server.client()
+    prefix = object_prefix(url)
+    for index in range(1500):
+        client.put_object(Bucket="nczbucket", Key=f"{prefix}/v/{index}", Body=b"x")
+    with nczmap.open_map(url, "r") as zmap:
+        assert zmap.search("/v") == sorted(str(i) for i in range(1500))
+
+
+def test_large_objects_are_written_in_parts_and_read_by_range(s3_server):
+    url = s3_server.url()
+    data = np.random.default_rng(1).bytes(40 << 20)
+    with nczmap.open_map(url, "w") as zmap:
+        zmap.write("/big", data)
+    with nczmap.open_map(url, "r") as zmap:
+        assert zmap.len("/big") == len(data)
+        assert zmap.read("/big", (20 << 20) - 3, 7) == data[(20 << 20) - 3 : (20 << 20) + 4]
+    head = s3_server.client().head_object(Bucket="nczbucket", Key=f"{object_prefix(url)}/big")
+    assert "-" in head["ETag"]  # a multipart ETag: "<md5>-<parts>"
+
+
+def test_keys_longer_than_s3_allows_are_refused(s3_server):
+    with nczmap.open_map(s3_server.url(), "w") as zmap, pytest.raises(nczmap.KeyNameError, match="1024"):
+        zmap.write("/" + "g" * 1030, b"x")
+
+
+def test_objects_from_other_writers_are_seen_by_a_writable_map(s3_server):
+    url = s3_server.url()
+    s3_server.client().put_object(Bucket="nczbucket", Key=f"{object_prefix(url)}/.zgroup", Body=b"{}")
+    with nczmap.open_map(url, "a") as zmap:
+        assert zmap.read("/.zgroup") == b"{}"
+        with pytest.raises(nczmap.errors.KeyConflictError):
+            zmap.write("/.zgroup/x", b"1")
+
+
+def test_create_refuses_a_prefix_holding_other_data(s3_server):
+    url = s3_server.url()
+    key = f"{object_prefix(url)}/photos/cat.jpg"
+    s3_server.client().put_object(Bucket="nczbucket", Key=key, Body=b"\xff")
+    with pytest.raises(nczmap.DatasetExists, match="refusing"):
+        nczmap.open_map(url, "w")
+    assert s3_server.client().get_object(Bucket="nczbucket", Key=key)["Body"].read() == b"\xff"
