@@ -105,3 +105,9 @@ def from_os_error(exc: OSError, message: str) -> NCZError:
     if isinstance(exc, PermissionError):
         return AccessDenied(f"{message}: permission denied")
     return StorageError(f"{message}: {exc.strerror or exc}")
+
+
+class SelectionError(NCZError, IndexError):
+    """An index or slice that does not fit the variable (also an IndexError, as in numpy)."""
+
+    nc_code = -40  # NC_EINVALCOORDS

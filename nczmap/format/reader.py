@@ -114,8 +114,9 @@ def read_dataset(zmap: ZMap, url: ParsedURL | None) -> Dataset:
     """Build the netCDF model of the dataset stored in ``zmap``."""
     consolidated = read_consolidated(zmap, required=bool(url and url.consolidated))
     source = MetadataSource(zmap, consolidated)
-    zgroup = source.get("/.zgroup") or {}
     zattrs = source.get("/.zattrs") or {}
+    d3 = isinstance(zattrs.get("_nczarr_superblock"), dict) and not (url and url.zarr)
+    zgroup = {} if d3 else source.get("/.zgroup") or {}  # D3 keeps all it needs in .zattrs: one GET less
     dialect = detect_dialect(source, zgroup, zattrs)
     dataset = Dataset(zmap, url, dialect)
     dataset.consolidated = consolidated is not None
@@ -141,6 +142,7 @@ class _Reader:
         self.pure = pure
         self.xarray = xarray
         self.dimensions_by_path: dict[str, Dimension] = {}
+        self._d3 = dataset.dialect == "D3" and not pure
 
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
@@ -159,12 +161,8 @@ class _Reader:
             child = Group(name, group)
             group.groups[name] = child
             child_key = _join(key, name)
-            self.group(
-                child_key,
-                child,
-                self.source.get(child_key + "/.zgroup") or {},
-                self.source.get(child_key + "/.zattrs") or {},
-            )
+            zgroup = {} if self._d3 else self.source.get(child_key + "/.zgroup") or {}
+            self.group(child_key, child, zgroup, self.source.get(child_key + "/.zattrs") or {})
 
     def _group_info(self, key: str, zgroup: dict, zattrs: dict) -> dict | None:
         for holder, name in ((zattrs, "_nczarr_group"), (zgroup, "_nczarr_group"), (zgroup, "_NCZARR_GROUP")):

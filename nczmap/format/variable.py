@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nczmap.concurrency import run_all
-from nczmap.errors import EmptyError, FormatError
+from nczmap.errors import EmptyError, FormatError, SelectionError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Attributes, Dimension, Group
 from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype
@@ -90,7 +90,7 @@ class Variable:
         """Values selected with integers, slices (any step) and ``...``, as a numpy array."""
         indices, squeeze = _normalize_selection(selection, self.shape, self.key)
         if self.layout.scalar:
-            indices = [np.arange(1)]
+            indices = [range(1)]
         shape = tuple(len(ix) for ix in indices)
         out = self._allocate(shape)
         if out.size:
@@ -201,36 +201,36 @@ def _decode_string(raw: bytes) -> str:
 
 
 def _normalize_selection(selection: object, shape: tuple[int, ...], where: str):
-    """Per-dimension index arrays and which dimensions an integer index removes."""
+    """Per-dimension positions (ranges) and which dimensions an integer index removes."""
     items = list(selection) if isinstance(selection, tuple) else [selection]
     if items.count(Ellipsis) > 1:
-        raise IndexError(f"{where}: only one '...' allowed")
+        raise SelectionError(f"{where}: only one '...' allowed")
     if Ellipsis in items:
         at = items.index(Ellipsis)
         items[at : at + 1] = [slice(None)] * (len(shape) - len(items) + 1)
     items += [slice(None)] * (len(shape) - len(items))
     if len(items) != len(shape):
-        raise IndexError(f"{where}: {len(items)} indices for {len(shape)} dimensions")
+        raise SelectionError(f"{where}: {len(items)} indices for {len(shape)} dimensions")
     indices, squeeze = [], []
     for item, size in zip(items, shape, strict=True):
         if isinstance(item, slice):
-            indices.append(np.arange(*item.indices(size)))
+            indices.append(range(*item.indices(size)))
             squeeze.append(False)
         elif isinstance(item, (int, np.integer)):
             position = int(item) + size if item < 0 else int(item)
             if not 0 <= position < size:
-                raise IndexError(f"{where}: index {item} out of range for size {size}")
-            indices.append(np.array([position]))
+                raise SelectionError(f"{where}: index {item} out of range for size {size}")
+            indices.append(range(position, position + 1))
             squeeze.append(True)
         else:
-            raise IndexError(f"{where}: unsupported index {item!r} (use integers, slices and ...)")
+            raise SelectionError(f"{where}: unsupported index {item!r} (use integers, slices and ...)")
     return indices, squeeze
 
 
 Selector = slice | np.ndarray
 
 
-def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
+def _chunk_plan(indices: list[range], chunks: tuple[int, ...]):
     """For every chunk touched: (chunk index, (output selectors, in-chunk selectors)), one per dimension.
 
     Selectors are slices wherever the positions are contiguous, so whole-chunk copies are plain memcpy.
@@ -242,7 +242,23 @@ def _chunk_plan(indices: list[np.ndarray], chunks: tuple[int, ...]):
         yield tuple(c[0] for c in combo), (tuple(c[1] for c in combo), tuple(c[2] for c in combo))
 
 
-def _dimension_plan(ix: np.ndarray, size: int) -> list[tuple[int, Selector, Selector]]:
+def _dimension_plan(ix: range, size: int) -> list[tuple[int, Selector, Selector]]:
+    if not len(ix):
+        return []
+    if ix.step == 1:  # contiguous: chunk boundaries by arithmetic, no per-element arrays
+        first, last = ix.start // size, (ix.stop - 1) // size
+        plan = []
+        for chunk_id in range(first, last + 1):
+            low, high = max(ix.start, chunk_id * size), min(ix.stop, (chunk_id + 1) * size)
+            plan.append(
+                (
+                    chunk_id,
+                    slice(low - ix.start, high - ix.start),
+                    slice(low - chunk_id * size, high - chunk_id * size),
+                )
+            )
+        return plan
+    ix = np.array(ix)
     chunk_ids = ix // size
     if len(ix) > 1 and np.all(np.diff(ix) > 0):  # ascending: runs of equal chunk ids, cut at the changes
         cuts = np.flatnonzero(np.diff(chunk_ids)) + 1
@@ -285,7 +301,7 @@ def write_selection(variable: Variable, selection: object, values: object) -> No
     layout = variable.layout
     indices, squeeze = _normalize_selection(selection, variable.shape, variable.key)
     if layout.scalar:
-        indices, squeeze = [np.arange(1)], [True]
+        indices, squeeze = [range(1)], [True]
     kept = tuple(len(ix) for ix, sq in zip(indices, squeeze, strict=True) if not sq)
     data = _user_values(variable, values, kept).reshape(tuple(len(ix) for ix in indices))
     chunk_shape = layout.chunks or (1,)

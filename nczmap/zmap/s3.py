@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import threading
 from datetime import timedelta
 
@@ -33,7 +34,7 @@ MAX_KEY_BYTES = 1024
 MULTIPART_BYTES = 32 << 20  # larger objects go up in parts (still atomic: visible only when complete)
 PART_BYTES = 8 << 20
 ANONYMOUS_PROFILES = ("no", "none", "anonymous")
-CLIENT_OPTIONS = {"timeout": "30s", "connect_timeout": "5s"}
+CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry limit: no hang past ~20 s
 RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
 
 
@@ -70,16 +71,15 @@ class S3Map(ZMap):
 
         where = f"{action} {key!r} in {self.location}" if key else f"{action} {self.location}"
         text = str(exc)
+        code = _s3_code(text)
+        if code == "NoSuchBucket":
+            return DatasetNotFound(f"cannot {where}: bucket {self.bucket!r} does not exist")
         if isinstance(exc, FileNotFoundError):
             return EmptyError(key, self.location)
-        if (
-            isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError))
-            or "AccessDenied" in text
-        ):
-            return AccessDenied(f"cannot {where}: access denied ({_first_line(text)})")
-        if "NoSuchBucket" in text:
-            return DatasetNotFound(f"cannot {where}: bucket {self.bucket!r} does not exist")
-        return StorageError(f"cannot {where}: {_first_line(text)}")
+        denied = code in _DENIED_CODES or "403 Forbidden" in text
+        if denied or isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
+            return AccessDenied(f"cannot {where}: access denied ({code or _first_line(text)})")
+        return StorageError(f"cannot {where}: {_first_line(text)}" + (f" ({code})" if code else ""))
 
     # ----------------------------------------------------------------- opening
     def _open_writable(self) -> None:
@@ -116,6 +116,7 @@ class S3Map(ZMap):
 
     # ----------------------------------------------------------------- primitives
     def _exists(self, key: str) -> bool:
+        self._object(key)
         if key in self._sizes:
             return True
         if self._index is not None:
@@ -130,12 +131,13 @@ class S3Map(ZMap):
         size = self._sizes.get(key)
         if size is not None:
             return size
+        path = self._object(key)
         if self._index is not None:
             raise EmptyError(key, self.location)
         import obstore
 
         try:
-            size = obstore.head(self._store, self._object(key))["size"]
+            size = obstore.head(self._store, path)["size"]
         except Exception as exc:
             raise self._error(exc, "size", key) from exc
         self._sizes[key] = size
@@ -144,9 +146,9 @@ class S3Map(ZMap):
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         import obstore
 
+        path = self._object(key)
         if self._index is not None and key not in self._sizes:
             raise EmptyError(key, self.location)
-        path = self._object(key)
         try:
             if count is None and not start:
                 result = obstore.get(self._store, path)
@@ -233,6 +235,22 @@ class S3Map(ZMap):
     def _close(self, delete: bool) -> None:
         if delete:
             self._truncate()
+
+
+_DENIED_CODES = (
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+)
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+
+
+def _s3_code(text: str) -> str | None:
+    """The S3 error code (``NoSuchBucket``, ``SlowDown``...) in an error's response body, if shown."""
+    match = _CODE.search(text)
+    return match.group(1) if match else None
 
 
 def _first_line(text: str) -> str:
