@@ -27,7 +27,10 @@ class NetCDF4Variable(Variable):
 
     def read(self, selection: object = Ellipsis) -> np.ndarray:
         with _HDF5_LOCK:  # libhdf5 is not thread-safe; copy reads chunks from several threads
-            values = self.source[selection]
+            try:
+                values = self.source[selection]
+            except (RuntimeError, IndexError, OSError, ValueError) as exc:
+                raise FormatError(f"netCDF4-python cannot read {self.key!r} {selection!r}: {exc}") from exc
         if self.nctype is STRING:
             return np.asarray(values, dtype=object)
         return np.asarray(values)
@@ -76,16 +79,18 @@ def _load_group(source, group: Group) -> None:
         _load_group(child, sub)
 
 
-def _find_dimension(group: Group, name: str) -> Dimension:
-    found = group.lookup_dimension(name)
+def _dimension_of(group: Group, dimension) -> Dimension:
+    """Our dimension for a netCDF4-python one: found by its group's path, not by name (names shadow)."""
+    path = dimension.group().path.rstrip("/") + "/" + dimension.name
+    found = group.find_dimension(path)
     if found is None:
-        raise FormatError(f"dimension {name!r} of group {group.path!r} not found")
+        raise FormatError(f"dimension {path!r} used in group {group.path!r} not found")
     return found
 
 
 def _variable(group: Group, name: str, source) -> NetCDF4Variable:
     nctype = _nctype(source)
-    dims = [_find_dimension(group, d) for d in source.dimensions]
+    dims = [_dimension_of(group, d) for d in source.get_dims()]
     shape = tuple(d.size for d in dims)
     storage = _storage(source, nctype)
     chunking = source.chunking()
