@@ -162,7 +162,7 @@ class S3Map(ZMap):
         except EmptyError:
             raise
         except Exception as exc:
-            if "416" in str(exc) or "InvalidRange" in str(exc):  # a range starting past the end
+            if _starts_past_end(str(exc)):
                 self._len(key)
                 return b""
             raise self._error(exc, "read", key) from exc
@@ -245,6 +245,11 @@ _DENIED_CODES = (
     "InvalidToken",
 )
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
+
+
+def _starts_past_end(text: str) -> bool:
+    """True for S3's answer to a range that starts past the object's end (416 / InvalidRange)."""
+    return _s3_code(text) == "InvalidRange" or "416 Range Not Satisfiable" in text
 
 
 def _s3_code(text: str) -> str | None:
