@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
+from typing import ClassVar
+
 import numpy as np
 import pytest
 
@@ -55,3 +59,51 @@ def test_create_refuses_a_prefix_holding_other_data(s3_server):
     with pytest.raises(nczmap.DatasetExists, match="refusing"):
         nczmap.open_map(url, "w")
     assert s3_server.client().get_object(Bucket="nczbucket", Key=key)["Body"].read() == b"\xff"
+
+
+def test_credentials_from_a_profile_file(s3_server, tmp_path, monkeypatch):
+    """No AWS_* keys in the environment: the named profile of the shared credentials file is used."""
+    url = s3_server.url()
+    with nczmap.open_map(url, "w") as zmap:
+        zmap.write("/.zgroup", b"{}")
+    credentials = tmp_path / "credentials"
+    credentials.write_text("[nczmap]\naws_access_key_id = testing\naws_secret_access_key = testing\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "absent-config"))
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    with nczmap.open_map(url.replace("#mode=", "#aws.profile=nczmap&mode="), "r") as zmap:
+        assert zmap.read("/.zgroup") == b"{}"
+
+
+class _HeaderRecorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request 404 NoSuchKey and remembers whether it was signed."""
+
+    signed: ClassVar[list[bool]] = []
+
+    def do_GET(self) -> None:
+        type(self).signed.append("Authorization" in self.headers)
+        body = b"<Error><Code>NoSuchKey</Code></Error>"
+        self.send_response(404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("fragment", "signed"), [("aws.profile=no&", False), ("", True)])
+def test_anonymous_profile_sends_unsigned_requests(s3_server, fragment, signed):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HeaderRecorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _HeaderRecorder.signed = []
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/nczbucket/ds#{fragment}mode=nczarr,s3"
+        with nczmap.open_map(url, "r") as zmap, pytest.raises(nczmap.EmptyError):
+            zmap.read("/.zgroup")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _HeaderRecorder.signed == [signed]
