@@ -33,24 +33,24 @@ def _assert_round_trip(p: ParsedURL) -> None:
 @pytest.mark.parametrize(
     ("text", "path"),
     [
-        ("file:///tmp/x/ds.file", "/tmp/x/ds.file"),
-        ("file:/tmp/x", "/tmp/x"),
-        ("file://localhost/tmp/x", "/tmp/x"),
-        ("file://LOCALHOST/tmp/x", "/tmp/x"),
-        ("FILE:///tmp/x", "/tmp/x"),
-        ("File:/tmp/x", "/tmp/x"),
-        ("file:///tmp/x/", "/tmp/x"),
-        ("file:///tmp//x/./y/../z", "/tmp/x/z"),
-        ("file:////tmp/x", "/tmp/x"),
-        ("file:///tmp/a%20b/c%23d", "/tmp/a b/c#d"),
-        ("file:///tmp/caf%C3%A9", "/tmp/café"),
-        ("file:///tmp/x?query=1", "/tmp/x"),
-        ("file:///tmp/x?q#mode=zarr", "/tmp/x"),
-        ("  file:///tmp/x \t\n", "/tmp/x"),
+        ("file:///data/x/ds.file", "/data/x/ds.file"),
+        ("file:/data/x", "/data/x"),
+        ("file://localhost/data/x", "/data/x"),
+        ("file://LOCALHOST/data/x", "/data/x"),
+        ("FILE:///data/x", "/data/x"),
+        ("File:/data/x", "/data/x"),
+        ("file:///data/x/", "/data/x"),
+        ("file:///data//x/./y/../z", "/data/x/z"),
+        ("file:////data/x", "/data/x"),
+        ("file:///data/a%20b/c%23d", "/data/a b/c#d"),
+        ("file:///data/caf%C3%A9", "/data/café"),
+        ("file:///data/x?query=1", "/data/x"),
+        ("file:///data/x?q#mode=zarr", "/data/x"),
+        ("  file:///data/x \t\n", "/data/x"),
         ("file:///", "/"),
         ("/abs/path", "/abs/path"),
         ("//abs/path/", "/abs/path"),
-        ("/tmp/x:y", "/tmp/x:y"),
+        ("/data/x:y", "/data/x:y"),
     ],
 )
 def test_file_url_forms(text: str, path: str) -> None:
@@ -60,9 +60,9 @@ def test_file_url_forms(text: str, path: str) -> None:
 
 
 def test_file_url_undecodable_byte_is_kept_as_surrogate_escape() -> None:
-    p = parse_url("file:///tmp/%FF")
-    assert p.path == "/tmp/\udcff"
-    assert os.fsencode(p.path) == b"/tmp/\xff"
+    p = parse_url("file:///data/%FF")
+    assert p.path == "/data/\udcff"
+    assert os.fsencode(p.path) == b"/data/\xff"
     _assert_round_trip(p)
 
 
@@ -113,7 +113,7 @@ def test_bytes_pathlike_is_decoded(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("file://relative/x", "must be absolute"),
-        ("file://host/tmp/x", "must be absolute"),
+        ("file://host/data/x", "must be absolute"),
         ("file://x", "must be absolute"),
         ("file:relative/x", "must be absolute"),
         ("file:D:/x", "must be absolute"),
@@ -122,7 +122,7 @@ def test_bytes_pathlike_is_decoded(tmp_path: Path) -> None:
         ("file:", "missing path"),
         ("file://localhost", "missing path"),
         ("file:?x", "missing path"),
-        ("file:///tmp/a%00b", "control character"),
+        ("file:///data/a%00b", "control character"),
         ("#mode=zarr", "missing path"),
         ("[mode=zarr]", "missing path"),
     ],
@@ -136,7 +136,7 @@ def test_bad_file_urls(text: str, message: str) -> None:
 # ---------------------------------------------------------------- input validation
 
 
-@pytest.mark.parametrize("value", [None, 42, 3.5, b"/tmp/x", bytearray(b"x"), ["/tmp/x"], object()])
+@pytest.mark.parametrize("value", [None, 42, 3.5, b"/data/x", bytearray(b"x"), ["/data/x"], object()])
 def test_non_string_input_is_url_error(value: object) -> None:
     with pytest.raises(URLError, match=r"string or os\.PathLike"):
         parse_url(value)  # type: ignore[arg-type]
@@ -150,7 +150,7 @@ def test_empty_input(text: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["/tmp/a\x00b", "file:///tmp/\x01", "s3://bucket/a\x7fb", "/tmp/x#mode=zarr\x1b", "/tmp/a\nb"],
+    ["/data/a\x00b", "file:///data/\x01", "s3://bucket/a\x7fb", "/data/x#mode=zarr\x1b", "/data/a\nb"],
 )
 def test_control_characters_rejected(text: str) -> None:
     with pytest.raises(URLError, match="control character"):
@@ -159,7 +159,7 @@ def test_control_characters_rejected(text: str) -> None:
 
 def test_lone_surrogate_rejected() -> None:
     with pytest.raises(URLError, match="cannot name anything"):
-        parse_url("/tmp/\ud800")
+        parse_url("/data/\ud800")
 
 
 def test_broken_pathlike_is_url_error() -> None:
@@ -181,7 +181,7 @@ def test_unsupported_scheme(scheme: str) -> None:
 
 
 def test_fragment_keys_lower_cased_first_wins_no_decoding() -> None:
-    p = parse_url("/tmp/x#LOG&Show=fetch&show=other&&AWS.Profile=Me&k=a%20b&x=1=2")
+    p = parse_url("/data/x#LOG&Show=fetch&show=other&&AWS.Profile=Me&k=a%20b&x=1=2")
     assert dict(p.fragment) == {
         "mode": "nczarr,file",
         "log": "",
@@ -196,24 +196,24 @@ def test_fragment_keys_lower_cased_first_wins_no_decoding() -> None:
 
 
 def test_fragment_is_read_only_and_hashable() -> None:
-    p = parse_url("/tmp/x#log")
+    p = parse_url("/data/x#log")
     assert isinstance(p.fragment, Fragment)
     with pytest.raises(TypeError):
         p.fragment["log"] = "x"  # type: ignore[index]
-    assert hash(p) == hash(parse_url("/tmp/x#log"))
-    assert p == parse_url("/tmp/x#log")
+    assert hash(p) == hash(parse_url("/data/x#log"))
+    assert p == parse_url("/data/x#log")
     assert Fragment([("a", "1"), ("b", "2")]) == Fragment([("b", "2"), ("a", "1")])
     assert hash(Fragment([("a", "1"), ("b", "2")])) == hash(Fragment([("b", "2"), ("a", "1")]))
 
 
 def test_fragment_pair_without_key() -> None:
     with pytest.raises(URLError, match="no key"):
-        parse_url("/tmp/x#=value")
+        parse_url("/data/x#=value")
 
 
 def test_mode_values_merge() -> None:
-    assert parse_url("/tmp/x#mode=nczarr&mode=file").modes == parse_url("/tmp/x#mode=nczarr,file").modes
-    assert parse_url("/tmp/x#mode=zarr,,ZARR, consolidated &mode=").modes == (
+    assert parse_url("/data/x#mode=nczarr&mode=file").modes == parse_url("/data/x#mode=nczarr,file").modes
+    assert parse_url("/data/x#mode=zarr,,ZARR, consolidated &mode=").modes == (
         "zarr",
         "consolidated",
         "nczarr",
@@ -255,39 +255,39 @@ def test_mode_values_merge() -> None:
 def test_mode_inference(
     fragment: str, modes: tuple[str, ...], zarr: bool, xarray: bool, consolidated: bool
 ) -> None:
-    p = parse_url(f"file:///tmp/ds.file#{fragment}")
+    p = parse_url(f"file:///data/ds.file#{fragment}")
     assert p.modes == modes
     assert (p.zarr, p.nczarr, p.xarray, p.consolidated) == (zarr, not zarr, xarray, consolidated)
     assert p.fragment["mode"] == ",".join(modes)
 
 
 def test_bare_mode_words_leave_the_fragment() -> None:
-    p = parse_url("/tmp/x#zarr&log&consolidated&zarr=yes")
+    p = parse_url("/data/x#zarr&log&consolidated&zarr=yes")
     assert p.modes == ("zarr", "consolidated", "nczarr", "file")
     assert dict(p.fragment) == {"mode": "zarr,consolidated,nczarr,file", "log": "", "zarr": "yes"}
 
 
 def test_xarray_noxarray_contradiction() -> None:
     with pytest.raises(ModeError, match="'xarray' and 'noxarray'"):
-        parse_url("/tmp/x#mode=xarray&noxarray")
+        parse_url("/data/x#mode=xarray&noxarray")
 
 
 @pytest.mark.parametrize("word", ["v3", "bytes", "dap2", "dap4", "zoh", "V3", "DAP4"])
 @pytest.mark.parametrize("form", ["mode={}", "{}", "mode=nczarr,{}"])
 def test_unsupported_mode_words(word: str, form: str) -> None:
     with pytest.raises(ModeError, match=f"mode '{word.lower()}' is not supported"):
-        parse_url("/tmp/x#" + form.format(word))
+        parse_url("/data/x#" + form.format(word))
 
 
 @pytest.mark.parametrize("word", ["bogus", "nczar", "s4", "zarr3", "xarray!"])
 def test_unknown_mode_word(word: str) -> None:
     with pytest.raises(ModeError, match=f"unknown mode '{word}'.*known modes: nczarr, zarr") as info:
-        parse_url(f"/tmp/x#mode=nczarr,{word}")
+        parse_url(f"/data/x#mode=nczarr,{word}")
     assert all(known in str(info.value) for known in KNOWN_MODE_WORDS)
 
 
 def test_unknown_bare_key_is_only_a_fragment_key() -> None:
-    assert dict(parse_url("/tmp/x#bogus").fragment) == {"mode": "nczarr,file", "bogus": ""}
+    assert dict(parse_url("/data/x#bogus").fragment) == {"mode": "nczarr,file", "bogus": ""}
 
 
 # ---------------------------------------------------------------- drivers
@@ -296,16 +296,16 @@ def test_unknown_bare_key_is_only_a_fragment_key() -> None:
 @pytest.mark.parametrize(
     ("text", "driver", "modes"),
     [
-        ("/tmp/x", "file", ("nczarr", "file")),
-        ("/tmp/x.zip", "zip", ("nczarr", "zip")),
-        ("/tmp/X.ZIP", "zip", ("nczarr", "zip")),
-        ("/tmp/x.zip/", "zip", ("nczarr", "zip")),
-        ("/tmp/x.zipper", "file", ("nczarr", "file")),
-        ("file:///tmp/x.zip", "zip", ("nczarr", "zip")),
-        ("file:///tmp/x.zip#mode=file", "file", ("file", "nczarr")),
-        ("file:///tmp/x.file#mode=zip", "zip", ("zip", "nczarr")),
-        ("file:///tmp/x#zip", "zip", ("zip", "nczarr")),
-        ("file:///tmp/x#file&file", "file", ("file", "nczarr")),
+        ("/data/x", "file", ("nczarr", "file")),
+        ("/data/x.zip", "zip", ("nczarr", "zip")),
+        ("/data/X.ZIP", "zip", ("nczarr", "zip")),
+        ("/data/x.zip/", "zip", ("nczarr", "zip")),
+        ("/data/x.zipper", "file", ("nczarr", "file")),
+        ("file:///data/x.zip", "zip", ("nczarr", "zip")),
+        ("file:///data/x.zip#mode=file", "file", ("file", "nczarr")),
+        ("file:///data/x.file#mode=zip", "zip", ("zip", "nczarr")),
+        ("file:///data/x#zip", "zip", ("zip", "nczarr")),
+        ("file:///data/x#file&file", "file", ("file", "nczarr")),
         ("s3://bucket/x", "s3", ("nczarr", "s3")),
         ("s3://bucket/x#s3", "s3", ("s3", "nczarr")),
         ("s3://bucket/x#mode=gs3", "s3", ("s3", "nczarr")),
@@ -325,7 +325,7 @@ def test_driver_inference(text: str, driver: str, modes: tuple[str, ...]) -> Non
     [
         ("file:///x#mode=file,zip", "file", "zip"),
         ("file:///x#mode=nczarr,zip&mode=file", "zip", "file"),
-        ("/tmp/x#zip&s3", "zip", "s3"),
+        ("/data/x#zip&s3", "zip", "s3"),
         ("s3://bucket/x#mode=s3,file", "s3", "file"),
     ],
 )
@@ -350,8 +350,8 @@ def test_conflicting_driver_message_exact() -> None:
         ("s3://bucket/x#zip", "zip", "s3:"),
         ("https://minio:9000/bucket/x#mode=zip", "zip", "https:"),
         ("gs3://bucket/x#file", "file", "gs3:"),
-        ("file:///tmp/x#mode=s3", "s3", "file:"),
-        ("/tmp/x#gs3", "s3", "file:"),
+        ("file:///data/x#mode=s3", "s3", "file:"),
+        ("/data/x#gs3", "s3", "file:"),
     ],
 )
 def test_driver_contradicts_scheme(text: str, word: str, scheme: str) -> None:
@@ -364,31 +364,31 @@ def test_driver_contradicts_scheme(text: str, word: str, scheme: str) -> None:
 
 
 def test_prefix_parameters_come_before_the_fragment() -> None:
-    p = parse_url("[mode=zarr][LOG][show=fetch]file:///tmp/x#mode=consolidated&show=other")
+    p = parse_url("[mode=zarr][LOG][show=fetch]file:///data/x#mode=consolidated&show=other")
     assert p.modes == ("zarr", "consolidated", "nczarr", "file")
     assert list(p.fragment.items()) == [
         ("mode", "zarr,consolidated,nczarr,file"),
         ("log", ""),
         ("show", "fetch"),
     ]
-    assert p.original == "[mode=zarr][LOG][show=fetch]file:///tmp/x#mode=consolidated&show=other"
+    assert p.original == "[mode=zarr][LOG][show=fetch]file:///data/x#mode=consolidated&show=other"
 
 
 def test_prefix_parameters_on_s3_and_bare_paths() -> None:
     assert parse_url("[xarray]s3://bucket/k").modes == ("xarray", "zarr", "nczarr", "s3")
-    p = parse_url("[mode=zip] /tmp/x")
-    assert (p.path, p.driver) == ("/tmp/x", "zip")
-    assert parse_url("[]/tmp/x").modes == ("nczarr", "file")
+    p = parse_url("[mode=zip] /data/x")
+    assert (p.path, p.driver) == ("/data/x", "zip")
+    assert parse_url("[]/data/x").modes == ("nczarr", "file")
 
 
 def test_unterminated_prefix() -> None:
     with pytest.raises(URLError, match=r"unterminated '\['"):
-        parse_url("[mode=zarr file:///tmp/x")
+        parse_url("[mode=zarr file:///data/x")
 
 
 def test_prefix_mode_errors_still_raise() -> None:
     with pytest.raises(ModeError, match="'file' and 'zip'"):
-        parse_url("[mode=file]file:///tmp/x#zip")
+        parse_url("[mode=file]file:///data/x#zip")
 
 
 # ---------------------------------------------------------------- S3 forms
@@ -617,13 +617,13 @@ def test_bad_s3_urls(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "url"),
     [
-        ("/tmp/x", "file:///tmp/x#mode=nczarr,file"),
-        ("file://localhost/tmp/x.zip?q#zarr", "file:///tmp/x.zip#mode=zarr,nczarr,zip"),
-        ("/tmp/a b#c/d%e?f", "file:///tmp/a%20b#c/d%e?f"),
-        ("file:///tmp/a%20b%23c%3Fd%25e", "file:///tmp/a%20b%23c%3Fd%25e#mode=nczarr,file"),
+        ("/data/x", "file:///data/x#mode=nczarr,file"),
+        ("file://localhost/data/x.zip?q#zarr", "file:///data/x.zip#mode=zarr,nczarr,zip"),
+        ("/data/a b#c/d%e?f", "file:///data/a%20b#c/d%e?f"),
+        ("file:///data/a%20b%23c%3Fd%25e", "file:///data/a%20b%23c%3Fd%25e#mode=nczarr,file"),
         (
-            "file:///tmp/x#mode=nczarr,file&log&show=fetch&show=x&k=",
-            "file:///tmp/x#mode=nczarr,file&log&show=fetch&k",
+            "file:///data/x#mode=nczarr,file&log&show=fetch&show=x&k=",
+            "file:///data/x#mode=nczarr,file&log&show=fetch&k",
         ),
         ("s3://bucket/a/b#noxarray", "s3://bucket/a/b#mode=noxarray,nczarr,s3"),
         ("s3://bucket", "s3://bucket#mode=nczarr,s3"),
@@ -645,9 +645,9 @@ def test_bad_s3_urls(text: str, message: str) -> None:
 )
 def test_geturl(text: str, url: str) -> None:
     p = parse_url(text)
-    if "/tmp/a b#" in text:  # a bare path: everything after '#' is fragment
-        assert p.path == "/tmp/a b"
-        assert p.geturl() == "file:///tmp/a%20b#mode=nczarr,file&c/d%e?f"
+    if "/data/a b#" in text:  # a bare path: everything after '#' is fragment
+        assert p.path == "/data/a b"
+        assert p.geturl() == "file:///data/a%20b#mode=nczarr,file&c/d%e?f"
     else:
         assert p.geturl() == url
     _assert_round_trip(p)
@@ -657,12 +657,12 @@ def test_geturl(text: str, url: str) -> None:
     "text",
     [case[0] for case in S3_CASES]
     + [
-        "/tmp/x",
-        "/tmp/x.zip#mode=xarray,consolidated&log",
-        "file:///tmp/x#mode=noxarray,v2&aws.profile=no",
-        "[mode=zarr][log]file:///tmp/x#show=fetch",
-        "file:///tmp/%E2%82%AC/x%3Ay",
-        "file:///tmp/x#k=v#w&a#b=c",
+        "/data/x",
+        "/data/x.zip#mode=xarray,consolidated&log",
+        "file:///data/x#mode=noxarray,v2&aws.profile=no",
+        "[mode=zarr][log]file:///data/x#show=fetch",
+        "file:///data/%E2%82%AC/x%3Ay",
+        "file:///data/x#k=v#w&a#b=c",
     ],
 )
 def test_geturl_round_trip(text: str) -> None:
@@ -673,7 +673,7 @@ def test_geturl_round_trip(text: str) -> None:
 
 
 def test_with_modes_adds_and_infers() -> None:
-    p = parse_url("file:///tmp/x#log")
+    p = parse_url("file:///data/x#log")
     q = p.with_modes("zarr")
     assert q.modes == ("nczarr", "file", "zarr")
     assert q.zarr
@@ -687,7 +687,7 @@ def test_with_modes_adds_and_infers() -> None:
 
 
 def test_with_modes_validates() -> None:
-    p = parse_url("/tmp/x.zip")
+    p = parse_url("/data/x.zip")
     with pytest.raises(ModeError, match="'zip' and 'file'"):
         p.with_modes("file")
     with pytest.raises(ModeError, match="'xarray' and 'noxarray'"):
@@ -699,7 +699,7 @@ def test_with_modes_validates() -> None:
     with pytest.raises(ModeError, match="'s3' and 'zip'"):
         parse_url("s3://bucket/k").with_modes("zip")
     with pytest.raises(ModeError, match="'file' and 's3'"):
-        parse_url("/tmp/x").with_modes("s3")
+        parse_url("/data/x").with_modes("s3")
     with pytest.raises(ModeError, match="not a string"):
         p.with_modes(3)  # type: ignore[arg-type]
 
@@ -743,7 +743,7 @@ def test_dataset_name(text: str, name: str) -> None:
 
 
 def test_location_and_profile() -> None:
-    assert parse_url("/tmp/x.zip").location == "/tmp/x.zip"
+    assert parse_url("/data/x.zip").location == "/data/x.zip"
     assert parse_url("https://minio:9000/bk/a/b").location == "s3://bk/a/b"
     assert parse_url("s3://bucket#AWS.PROFILE=no").profile == "no"
     assert parse_url("s3://bucket#aws.profile").profile is None
@@ -751,7 +751,7 @@ def test_location_and_profile() -> None:
 
 
 def test_region_only_for_s3() -> None:
-    assert parse_url("/tmp/x#aws.region=eu-west-1").region is None
+    assert parse_url("/data/x#aws.region=eu-west-1").region is None
 
 
 # ---------------------------------------------------------------- property-based
