@@ -101,6 +101,7 @@ class S3Proxy:
         self._in_flight: Counter[str] = Counter()
         self.injected = 0
         self.log: list[Entry] = []
+        self.latency = 0.0  # seconds added to every request, as a distant server would
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = True
         self._server.block_on_close = False
@@ -255,6 +256,8 @@ class _Handler(BaseHTTPRequestHandler):
         kind = request_kind(method, self.path)
         path = urlsplit(self.path).path
         body = self._read_body()
+        if proxy.latency:
+            time.sleep(proxy.latency)
         entry = Entry(kind, self.path)
         with proxy._lock:
             proxy.log.append(entry)

@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 
+from nczmap.concurrency import run_bounded
 from nczmap.errors import EmptyError, FormatError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
@@ -50,15 +51,34 @@ class MetadataSource:
     def __init__(self, zmap: ZMap, consolidated: dict | None) -> None:
         self.zmap = zmap
         self.consolidated = consolidated
+        self._fetched: dict[str, bytes | None] = {}
+        # On object stores every read is a round trip: fetch a group's metadata objects several at a time.
+        self.prefetching = consolidated is None and zmap.driver == "s3"
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Read these objects ahead, concurrently (only where reads are round trips to a server)."""
+        if not self.prefetching:
+            return
+        wanted = [key for key in keys if key not in self._fetched]
+        for key, data in zip(
+            wanted, run_bounded(lambda key=key: self._raw(key) for key in wanted), strict=True
+        ):
+            self._fetched[key] = data
+
+    def _raw(self, key: str) -> bytes | None:
+        try:
+            return self.zmap.read(key)
+        except EmptyError:
+            return None
 
     def get(self, key: str) -> dict | None:
         if self.consolidated is not None and key.rsplit("/", 1)[-1] in (".zgroup", ".zattrs", ".zarray"):
             value = self.consolidated.get(key.lstrip("/"))
         else:
-            try:
-                value = loads(self.zmap.read(key), lambda: f"{key!r} of {self.zmap.location}")
-            except EmptyError:
+            data = self._fetched.pop(key) if key in self._fetched else self._raw(key)
+            if data is None:
                 return None
+            value = loads(data, lambda: f"{key!r} of {self.zmap.location}")
         if value is not None and not isinstance(value, dict):
             raise FormatError(f"{key!r} of {self.zmap.location} must hold a JSON object")
         return value
@@ -155,6 +175,14 @@ class _Reader:
         else:
             self._dimensions(group, info, key)
             subgroups, arrays = _names(info, ("groups",), key), _names(info, ("arrays", "vars"), key)
+        self.source.prefetch(
+            [f"{_join(key, name)}/{obj}" for name in arrays for obj in (".zarray", ".zattrs")]
+            + [
+                f"{_join(key, name)}/{obj}"
+                for name in subgroups
+                for obj in ((".zattrs",) if self._d3 else (".zgroup", ".zattrs"))
+            ]
+        )
         for name in arrays:
             self._array_or_problem(group, name)
         for name in subgroups:
