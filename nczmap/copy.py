@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from nczmap.concurrency import run_bounded
-from nczmap.errors import EmptyError
 from nczmap.format import Dataset, Group, Variable, create_dataset, open_dataset
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -134,11 +133,7 @@ def _copy_data(source: Variable, dest: Variable) -> Iterator[None]:
 
 
 def _copy_raw(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:
-    try:
-        data = source.group.root.zmap.read(source.chunk_key(index))
-    except EmptyError:
-        return
-    dest.group.root.zmap.write(dest.chunk_key(index), data)
+    dest.group.root.zmap.copy_from(source.group.root.zmap, source.chunk_key(index), dest.chunk_key(index))
 
 
 def _copy_region(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:

@@ -185,3 +185,13 @@ def test_a_killed_writer_leaves_a_complete_object(store):
     with open_map(str(store), "r") as zmap:
         assert zmap.read("/v/0") in versions
         assert zmap.search("/v") == ["0"]
+
+
+def test_copy_from_another_directory_store(tmp_path):
+    with open_map(str(tmp_path / "a.file"), "w") as source, open_map(str(tmp_path / "b.file"), "w") as target:
+        source.write("/v/0.0", bytes(range(256)) * 1000)
+        assert target.copy_from(source, "/v/0.0", "/w/0.0")
+        assert not target.copy_from(source, "/v/absent", "/w/absent")
+        assert target.read("/w/0.0") == bytes(range(256)) * 1000
+        assert target.search("/w") == ["0.0"]
+        assert os.listdir(tmp_path / "b.file" / "w") == ["0.0"]  # no temporary file left behind

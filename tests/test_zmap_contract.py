@@ -230,3 +230,14 @@ def test_unicode_keys_round_trip(factory):
     zmap = factory.reopen(zmap, "r")
     assert zmap.search("/") == ["température"]
     assert zmap.read("/température/.zarray").decode() == "°C"
+
+
+def test_copy_from_any_map(zmap):
+    from nczmap.zmap import MemoryMap
+
+    source = MemoryMap()
+    source.write("/a/b", b"payload")
+    assert zmap.copy_from(source, "/a/b", "/c")
+    assert not zmap.copy_from(source, "/a/none", "/d")
+    assert zmap.read("/c") == b"payload"
+    assert not zmap.exists("/d")

@@ -97,6 +97,15 @@ class ZMap(ABC):
             raise DataError(f"cannot write the root key '/' of {self.location}")
         self._write(key, as_buffer(key, data))
 
+    def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
+        """Store a copy of ``source``'s object ``source_key`` at ``key``; False if it has no content."""
+        try:
+            data = source.read(source_key)
+        except EmptyError:
+            return False
+        self.write(key, data)
+        return True
+
     def search(self, prefix: str = ROOT) -> list[str]:
         """Bytewise-sorted names of the children of ``prefix``; ``[]`` for leaves and absent keys."""
         self._check_open()

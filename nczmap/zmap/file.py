@@ -22,7 +22,7 @@ from nczmap.errors import (
 )
 from nczmap.url import ParsedURL
 from nczmap.zmap.base import STORE_MARKERS, ZMap
-from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, sort_names
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, normalize_key, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
@@ -132,6 +132,32 @@ class FileMap(ZMap):
         return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
 
     def _write(self, key: str, data: memoryview) -> None:
+        def fill(fd: int) -> None:
+            with os.fdopen(fd, "wb", closefd=False) as handle:
+                handle.write(data)
+
+        self._replace(key, fill)
+
+    def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
+        """Copy an object from another map; between two directory stores the kernel copies the bytes."""
+        if not isinstance(source, FileMap):
+            return super().copy_from(source, source_key, key)
+        source_key, key = normalize_key(source_key), self._key(key, writing=True)
+        try:
+            reader = os.open(source._path(source_key), os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS:
+                return False
+            raise from_os_error(exc, f"cannot read {source_key!r} in {source.root!r}") from exc
+        try:
+            size = os.fstat(reader).st_size
+            self._replace(key, lambda fd: _kernel_copy(reader, fd, size))
+        finally:
+            os.close(reader)
+        return True
+
+    def _replace(self, key: str, fill) -> None:
+        """Write ``key`` atomically: ``fill`` writes a temporary file beside it, which then replaces it."""
         path = self._path(key)
         directory = os.path.dirname(path)
         self._ensure_parent(key, directory)
@@ -140,8 +166,10 @@ class FileMap(ZMap):
         temp = os.path.join(directory, f"{TEMP_PREFIX}{os.urandom(8).hex()}")
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+            try:
+                fill(fd)
+            finally:
+                os.close(fd)
             os.replace(temp, path)
         except BaseException as exc:
             remove_if_present(temp)
@@ -208,6 +236,15 @@ class FileMap(ZMap):
     def abort(self) -> None:
         """Close; a dataset being created (mode ``w``) is removed, as netcdf-c's ``nc_abort`` does."""
         self.close(delete=self.mode == "w" and not self.closed)
+
+
+def _kernel_copy(reader: int, writer: int, size: int) -> None:
+    done = 0
+    while done < size:
+        copied = os.copy_file_range(reader, writer, size - done, done, done)
+        if not copied:
+            raise OSError(errno.EIO, "source object shrank while being copied")
+        done += copied
 
 
 def _read_range(fd: int, start: int, count: int | None) -> bytes:
