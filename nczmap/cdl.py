@@ -91,6 +91,7 @@ def encode_text(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
+@functools.lru_cache(maxsize=8192)  # dimension and attribute names repeat on every variable
 def escaped_name(name: str | bytes) -> bytes:
     """A name with CDL's special characters escaped (utils.c ``escaped_name``)."""
     raw = encode_text(name) if isinstance(name, str) else name
@@ -114,19 +115,12 @@ def printf(fmt: str, value: object) -> str:
     return fmt % value
 
 
+_TRAILING_ZEROS = re.compile(r"^(-?[0-9.]*?)0+(?=[^0-9.]|$)")
+
+
 def tztrim(text: str) -> str:
     """Remove trailing zeros after the decimal point, keeping the point and any exponent (ncdump.c)."""
-    position = 1 if text.startswith("-") else 0
-    while position < len(text) and (text[position].isdigit() or text[position] == "."):
-        position += 1
-    last = position - 1
-    if last < 0 or text[last] == ".":
-        return text
-    end = last + 1
-    while last >= 0 and text[last] == "0":
-        last -= 1
-    last += 1
-    return text if last == end else text[:last] + text[end:]
+    return _TRAILING_ZEROS.sub(r"\1", text, count=1)
 
 
 def format_float_att(value: float) -> str:
