@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 
@@ -14,3 +15,13 @@ def fixtures_dir() -> Path:
 
 
 FIXTURES = fixtures_dir()
+
+
+def run_checked(cmd: list, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run a real tool (ncgen, ncdump, zip...); a failure shows its command, stdout and stderr."""
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({proc.returncode})\n"
+        f"stdout: {proc.stdout.decode(errors='replace')}\nstderr: {proc.stderr.decode(errors='replace')}"
+    )
+    return proc

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _fixtures import FIXTURES
+from _fixtures import FIXTURES, run_checked
 
 netCDF4 = pytest.importorskip("netCDF4")
 
@@ -79,12 +79,7 @@ NCZMAP_KINDS = [k for k in KINDS if k.startswith("nczmap-")]
 
 
 def run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=TIMEOUT, check=False)
-    assert proc.returncode == 0, (
-        f"{' '.join(map(str, cmd))} failed ({proc.returncode})\n"
-        f"stdout: {proc.stdout.decode(errors='replace')}\nstderr: {proc.stderr.decode(errors='replace')}"
-    )
-    return proc
+    return run_checked(cmd, cwd, TIMEOUT)
 
 
 def url_of(path: Path, mode: str) -> str:

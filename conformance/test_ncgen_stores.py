@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _fixtures import run_checked
 
 from nczmap import open_map
 
@@ -82,12 +83,7 @@ MODES = ["nczarr", "zarr"]
 
 
 def run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=TIMEOUT, check=False)
-    assert proc.returncode == 0, (
-        f"{' '.join(cmd)} failed ({proc.returncode})\nstdout: {proc.stdout.decode(errors='replace')}"
-        f"\nstderr: {proc.stderr.decode(errors='replace')}"
-    )
-    return proc
+    return run_checked(cmd, cwd, TIMEOUT)
 
 
 def file_url(path: Path, mode: str) -> str:

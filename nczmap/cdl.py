@@ -831,8 +831,7 @@ def fill_value_for_cdl(variable) -> object:
     nctype = variable.nctype
     attribute = variable.attrs.typed("_FillValue") if "_FillValue" in variable.attrs else None
     if attribute is not None and attribute.nctype.name == nctype.name and len(attribute.value) == 1:
-        value = attribute.value[0] if nctype.name != "char" else encode_text(attribute.value)
-        return value
+        return attribute.value[0] if nctype.name != "char" else encode_text(attribute.value)
     if nctype.name in ("byte", "ubyte"):
         return None
     if nctype.name == "string":

@@ -111,7 +111,7 @@ def test_pure_zarr_destination(source_nc, tmp_path):
         assert ds.dialect == "PZ"
 
 
-def test_netcdf_version_selects_the_dialect(source_nc, tmp_path):
+def test_netcdf_version_selects_the_dialect(tmp_path):
     for version, dialect in (("4.9.0", "D1"), ("4.9.2", "D2"), ("4.8.0", "D0"), (None, "D3")):
         destination = tmp_path / f"v{version}.file"
         with nczmap.open_dataset(str(tmp_path / "plain.file"), "w") as plain:

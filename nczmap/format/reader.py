@@ -167,9 +167,7 @@ class _Reader:
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
         info = None if self.pure else self._group_info(key, zgroup, zattrs)
-        read_attributes(
-            group.attrs, zattrs, self._types(key, zattrs, group=True), None, self.pure, f"{key!r}"
-        )
+        read_attributes(group.attrs, zattrs, self._types(key, zattrs), None, self.pure, f"{key!r}")
         if info is None:
             subgroups, arrays = self.source.children(key)
         else:
@@ -213,7 +211,7 @@ class _Reader:
             dimension = group.dimensions[name] = Dimension(name, int(size), unlimited, group)
             self.dimensions_by_path[dimension.path] = dimension
 
-    def _types(self, key: str, zattrs: dict, group: bool) -> dict:
+    def _types(self, key: str, zattrs: dict) -> dict:
         for name in ("_nczarr_attr", "_NCZARR_ATTR"):
             holder = zattrs.get(name)
             if isinstance(holder, dict) and isinstance(holder.get("types"), dict):
@@ -253,7 +251,7 @@ class _Reader:
         read_attributes(
             variable.attrs,
             zattrs,
-            self._types(key, zattrs, group=False),
+            self._types(key, zattrs),
             layout.dtype.nctype,
             self.pure,
             f"{key!r}",
@@ -335,11 +333,11 @@ def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
     if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
         raise FormatError(f"array {key!r}: compressor must be a codec object or null, not {compressor!r}")
     codecs = CodecChain(list(filters), compressor, dtype.storage.itemsize)
-    fill = parse_fill(zarray.get("fill_value"), dtype.nctype, dtype.storage, key)
+    fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
 
 
-def parse_fill(value: object, nctype: NCType, storage: np.dtype, key: str) -> object:
+def parse_fill(value: object, nctype: NCType, key: str) -> object:
     if value is None:
         return None
     if nctype.is_text:

@@ -312,7 +312,7 @@ def write_selection(variable: Variable, selection: object, values: object) -> No
         chunk = variable._empty(chunk_shape) if existing is None else existing.copy()
         chunk[_index(in_ix)] = data[_index(out_ix)]
         key = variable.chunk_key(index)
-        variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk, key), key))
+        variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk), key))
 
 
 def _grow_unlimited(variable: Variable, selection: object, values: object, writer) -> None:
@@ -381,7 +381,7 @@ def _char_array(values: object, shape: tuple[int, ...]) -> np.ndarray:
     return np.asarray(values, dtype="S1")
 
 
-def _storage_bytes(variable: Variable, chunk: np.ndarray, key: str) -> bytes:
+def _storage_bytes(variable: Variable, chunk: np.ndarray) -> bytes:
     storage = variable.layout.dtype.storage
     order = variable.layout.order
     if variable.nctype is STRING:

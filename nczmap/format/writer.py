@@ -207,7 +207,7 @@ def create_variable(
     if shuffle:
         codecs.filters.append({"id": "shuffle", "elementsize": storage.itemsize})
     if compression is not None:
-        codecs.compressor = _compressor(compression, compression_opts, storage.itemsize)
+        codecs.compressor = _compressor(compression, compression_opts)
     parsed = ParsedDtype(
         nctype,
         storage,
@@ -269,7 +269,7 @@ def _fill_attribute(nctype: NCType, fill: object) -> object:
     return [fill] if nctype is STRING else np.array([fill])
 
 
-def _compressor(name: str, level: int | None, itemsize: int) -> dict:
+def _compressor(name: str, level: int | None) -> dict:
     if name in ("zlib", "gzip", "deflate"):
         return {"id": "zlib", "level": 4 if level is None else int(level)}
     if name == "zstd":

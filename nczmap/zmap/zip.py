@@ -139,7 +139,7 @@ class ZipMap(ZMap):
             return self._read_staged(member, start, count)
         if member.compress_type == zipfile.ZIP_STORED and not member.flag_bits & 0x1:
             return self._read_stored(key, member, start, count)
-        return self._read_compressed(key, member, start, count)
+        return self._read_compressed(member, start, count)
 
     def _read_staged(self, member: Staged, start: int, count: int | None) -> bytes:
         available = max(0, member.size - start)
@@ -167,7 +167,7 @@ class ZipMap(ZMap):
             self._data_offsets[key] = offset
         return offset
 
-    def _read_compressed(self, key: str, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
+    def _read_compressed(self, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
         try:
             with self._archive.open(info) as member:
                 if start:
