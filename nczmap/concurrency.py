@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # importing concurrent.futures costs start-up time (it loads logging)
     from concurrent.futures import Future, ThreadPoolExecutor
 
 WIDTH = 8  # chunk operations in flight: bounds the memory held by chunks being read or written
+# Local storage is bound by CPU (copies, page faults, codecs), not latency: more threads than cores only
+# add switching.
+LOCAL_WIDTH = max(2, min(WIDTH, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2))
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -45,10 +51,58 @@ def run_bounded(tasks: Iterable[Callable[[], object]], width: int = WIDTH) -> It
                 future.exception()
 
 
-def run_all(tasks: list[Callable[[], object]]) -> None:
-    """Run every task (inline when there is only one)."""
-    if len(tasks) == 1:
-        tasks[0]()
+def run_each(tasks: Iterable[Callable[[], object]], width: int = WIDTH) -> Iterator[None]:
+    """Run the tasks, ``width`` at a time, yielding once each time one finishes (in any order).
+
+    Workers take the next task as soon as they finish one, so no core waits for the caller to hand out
+    work; ``tasks`` is read lazily, so only ``width`` are held at once. The calling thread works too,
+    which also means a call from a pool thread cannot deadlock waiting for helpers that never start.
+    After the first error no new task starts; it is raised once the running ones have ended.
+    """
+    iterator = iter(tasks)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    finished: SimpleQueue[None] = SimpleQueue()
+
+    def take() -> Callable[[], object] | None:
+        with lock:
+            return None if errors else next(iterator, None)
+
+    def worker() -> None:
+        while (task := take()) is not None:
+            try:
+                task()
+            except BaseException as exc:  # handed back to the caller below
+                errors.append(exc)
+                return
+            finished.put(None)
+
+    helpers = [_pool().submit(worker) for _ in range(max(0, width - 1))]
+    try:
+        while (task := take()) is not None:
+            task()
+            yield
+            while not finished.empty():
+                yield finished.get()
+    except BaseException as exc:
+        errors.append(exc)
+    finally:
+        errors.append(StopIteration())  # no task starts any more, whatever happens to this generator
+        for helper in helpers:
+            if not helper.cancel():  # a helper still queued had nothing left to do
+                helper.exception()
+    real = [e for e in errors if not isinstance(e, StopIteration)]
+    if real:
+        raise real[0]
+    while not finished.empty():
+        yield finished.get()
+
+
+def run_all(tasks: list[Callable[[], object]], width: int = WIDTH) -> None:
+    """Run every task, ``width`` at a time (inline when there is only one); results are dropped."""
+    if len(tasks) == 1 or width <= 1:
+        for task in tasks:
+            task()
         return
-    for _ in run_bounded(tasks):
+    for _ in run_each(tasks, min(width, len(tasks))):
         pass

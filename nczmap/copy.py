@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from nczmap.concurrency import run_bounded
+from nczmap.concurrency import run_each
 from nczmap.format import Dataset, Group, Variable, create_dataset, open_dataset
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
@@ -129,7 +129,7 @@ def _same_storage(source: Variable, dest: Variable) -> bool:
 def _copy_data(source: Variable, dest: Variable) -> Iterator[None]:
     """Copy every chunk (a few at a time), yielding once per chunk done."""
     copy_chunk = _copy_raw if _same_storage(source, dest) else _copy_region
-    yield from run_bounded(lambda index=index: copy_chunk(source, dest, index) for index in chunk_grid(dest))
+    yield from run_each(lambda index=index: copy_chunk(source, dest, index) for index in chunk_grid(dest))
 
 
 def _copy_raw(source: Variable, dest: Variable, index: tuple[int, ...]) -> None:

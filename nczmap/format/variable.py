@@ -95,7 +95,10 @@ class Variable:
         out = self._allocate(shape)
         if out.size:
             plan = list(_chunk_plan(indices, self.layout.chunks))
-            run_all([lambda c=c, o=o, i=i: self._read_into(out, c, _index(o), i) for c, (o, i) in plan])
+            run_all(
+                [lambda c=c, o=o, i=i: self._read_into(out, c, _index(o), i) for c, (o, i) in plan],
+                self.group.root.zmap.io_width,
+            )
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out

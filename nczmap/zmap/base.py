@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
+from nczmap.concurrency import LOCAL_WIDTH
 from nczmap.errors import DataError, EmptyError, RangeError, ReadOnlyError, StorageError
 from nczmap.url import ParsedURL
 from nczmap.zmap.keys import ROOT, join, normalize_key, normalize_prefix
@@ -36,6 +37,7 @@ class ZMap(ABC):
     """One dataset's key/value storage. Keys are ``/``-separated with a leading ``/``."""
 
     driver: ClassVar[str] = ""
+    io_width: ClassVar[int] = LOCAL_WIDTH  # chunk reads/writes worth running at once on this storage
 
     def __init__(self, url: ParsedURL | None, mode: str) -> None:
         self.url = url

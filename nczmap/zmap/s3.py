@@ -15,6 +15,7 @@ import re
 import threading
 from datetime import timedelta
 
+from nczmap.concurrency import WIDTH
 from nczmap.errors import (
     AccessDenied,
     DatasetExists,
@@ -40,6 +41,7 @@ RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
 
 class S3Map(ZMap):
     driver = "s3"
+    io_width = WIDTH  # round trips: overlap their latency
 
     def __init__(self, url: ParsedURL, mode: str) -> None:
         super().__init__(url, mode)
