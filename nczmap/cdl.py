@@ -125,18 +125,25 @@ def tztrim(text: str) -> str:
 
 def format_float_att(value: float) -> str:
     """One float attribute value: ``%#.7gf`` trimmed, or ``NaNf``/``Infinityf``/``-Infinityf``."""
-    value = float(np.float32(value))
-    if math.isfinite(value):
-        return tztrim(printf("%#.7gf", value))
-    return "NaNf" if math.isnan(value) else ("-Infinityf" if value < 0 else "Infinityf")
+    return _real_att("%#.7gf", "f", float(np.float32(value)))
 
 
 def format_double_att(value: float) -> str:
     """One double attribute value: ``%#.15g`` trimmed, or ``NaN``/``Infinity``/``-Infinity``."""
-    value = float(value)
+    return _real_att("%#.15g", "", float(value))
+
+
+def _real_att(fmt: str, suffix: str, value: float) -> str:
+    if value and math.isfinite(value):  # 0.0 == -0.0 as cache keys: zeros are not cached
+        return _trimmed(fmt, value)
     if math.isfinite(value):
-        return tztrim(printf("%#.15g", value))
-    return "NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")
+        return tztrim(printf(fmt, value))
+    return ("NaN" if math.isnan(value) else ("-Infinity" if value < 0 else "Infinity")) + suffix
+
+
+@functools.lru_cache(maxsize=4096)  # fill values, scale factors... repeat on many variables
+def _trimmed(fmt: str, value: float) -> str:
+    return tztrim(printf(fmt, value))
 
 
 def _octal(byte: int) -> bytes:
@@ -214,8 +221,8 @@ def format_attribute_values(nctype: str, value: object) -> bytes:
         return quote_att_text(encode_text(value) if isinstance(value, str) else b"")
     if nctype == "string":
         return b", ".join(quote_att_text(encode_text(s).split(b"\x00", 1)[0]) for s in value)
-    if nctype == "float":
-        items = [format_float_att(v) for v in np.asarray(value, dtype=np.float32).tolist()]
+    if nctype == "float":  # float32 values: tolist() gives their exact value as Python floats
+        items = [_real_att("%#.7gf", "f", v) for v in np.asarray(value, dtype=np.float32).tolist()]
     elif nctype == "double":
         items = [format_double_att(v) for v in np.asarray(value, dtype=np.float64).tolist()]
     else:

@@ -83,6 +83,10 @@ class Attributes(MutableMapping[str, object]):
         self._changing()
         self._items[name] = attribute
 
+    def load(self, attributes: dict[str, Attribute]) -> None:
+        """Take attributes as read from storage (not a change to write back)."""
+        self._items.update(attributes)
+
     def __delitem__(self, name: str) -> None:
         self._changing()
         del self._items[name]

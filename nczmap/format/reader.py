@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import gc
 import warnings
 
@@ -41,6 +42,7 @@ _VISIBLE_NCZARR = frozenset(["_nczarr_maxstrlen", "_nczarr_default_maxstrlen"])
 ANONYMOUS = "_Anonymous_Dim_{}"
 
 
+@functools.lru_cache(maxsize=1024)
 def is_hidden(name: str) -> bool:
     return name in _HIDDEN or (name.lower().startswith("_nczarr") and name not in _VISIBLE_NCZARR)
 
@@ -167,7 +169,7 @@ class _Reader:
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
         info = None if self.pure else self._group_info(key, zgroup, zattrs)
-        read_attributes(group.attrs, zattrs, self._types(key, zattrs), None, self.pure, f"{key!r}")
+        read_attributes(group.attrs, zattrs, self._types(key, zattrs), None, self.pure)
         if info is None:
             subgroups, arrays = self.source.children(key)
         else:
@@ -248,14 +250,7 @@ class _Reader:
             dims, scalar = self._pure_dims(group, zattrs, layout, key)
         layout.scalar = scalar
         variable = Variable(group, name, dims, layout)
-        read_attributes(
-            variable.attrs,
-            zattrs,
-            self._types(key, zattrs),
-            layout.dtype.nctype,
-            self.pure,
-            f"{key!r}",
-        )
+        read_attributes(variable.attrs, zattrs, self._types(key, zattrs), layout.dtype.nctype, self.pure)
         return variable
 
     def _array_info(self, key: str, zarray: dict, zattrs: dict) -> dict | None:
@@ -347,25 +342,29 @@ def parse_fill(value: object, nctype: NCType, key: str) -> object:
         except (binascii.Error, ValueError):
             raw = text.encode()
         return raw[:1] or b"\x00" if nctype is CHAR else raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
-    return np.array(convert_value(value, nctype, f"fill_value of {key!r}")).astype(nctype.numpy)[()]
+    return nctype.numpy.type(convert_value(value, nctype, f"fill_value of {key!r}"))
 
 
 def read_attributes(
-    target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool, where: str
+    target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool
 ) -> None:
+    loaded = {}
     for name, value in zattrs.items():
         if is_hidden(name):
             continue
-        nctype = _declared_type(types.get(name), pure)
+        declared = types.get(name)
+        nctype = _declared_type(declared, pure) if isinstance(declared, str) else None
         if nctype is None and name == "_FillValue" and var_type is not None:
             nctype = var_type
         if nctype is None and name not in types:
             nctype = infer_json_type(value)
-        target[name] = make_attribute(name, value, nctype, f"attribute {name!r} of {where}")
+        loaded[name] = make_attribute(name, value, nctype)
+    target.load(loaded)
 
 
-def _declared_type(declared: object, pure: bool) -> NCType | None:
-    if not isinstance(declared, str) or declared == "|J0":
+@functools.lru_cache(maxsize=256)
+def _declared_type(declared: str, pure: bool) -> NCType | None:
+    if declared == "|J0":
         return None
     if declared.isdigit():
         return BY_CODE.get(int(declared))
@@ -375,7 +374,8 @@ def _declared_type(declared: object, pure: bool) -> NCType | None:
         return None
 
 
-def make_attribute(name: str, value: object, nctype: NCType | None, where: str) -> Attribute:
+def make_attribute(name: str, value: object, nctype: NCType | None) -> Attribute:
+    """The attribute a JSON value stands for; a value that is not of the declared type is kept as text."""
     if nctype is None or nctype is CHAR:
         return Attribute(name, CHAR, value if isinstance(value, str) else netcdf_text(value))
     if nctype is STRING:
@@ -383,7 +383,7 @@ def make_attribute(name: str, value: object, nctype: NCType | None, where: str) 
         return Attribute(name, STRING, [v if isinstance(v, str) else netcdf_text(v) for v in values])
     values = value if isinstance(value, list) else [value]
     try:
-        converted = [convert_value(v, nctype, where) for v in values]
+        converted = [convert_value(v, nctype, name) for v in values]
     except FormatError:
         return Attribute(name, CHAR, netcdf_text(value))
     return Attribute(name, nctype, np.array(converted, dtype=nctype.numpy))

@@ -26,7 +26,7 @@ class NCType:
     def is_text(self) -> bool:
         return self.name in ("char", "string")
 
-    @property
+    @functools.cached_property
     def numpy(self) -> np.dtype:
         """The native-order numpy dtype of one value (char: ``S1``; string: object)."""
         if self.name == "char":
