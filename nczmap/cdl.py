@@ -38,8 +38,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO, TextIO
 
-import numpy as np
-
+from nczmap._lazy import numpy as np
 from nczmap.errors import NCZError
 from nczmap.format.jsonutil import netcdf_text
 
@@ -62,8 +61,8 @@ ATT_SUFFIX = {
 }
 FLOAT_DATA_FORMAT = "%.7g"
 DOUBLE_DATA_FORMAT = "%.15g"
-_FLT_EPSILON = np.float32(np.finfo(np.float32).eps)
-_DBL_EPSILON = np.finfo(np.float64).eps
+_FLT_EPSILON = 2.0**-23  # FLT_EPSILON
+_DBL_EPSILON = 2.0**-52  # DBL_EPSILON
 
 # Codec id -> (HDF5 filter id, visible parameters) as netcdf-c's bundled plugins report them.
 _DEFLATE, _SHUFFLE, _FLETCHER32 = 1, 2, 3
@@ -217,17 +216,37 @@ def quote_string_data(raw: bytes) -> bytes:
 
 def format_attribute_values(nctype: str, value: object) -> bytes:
     """The text after ``name = `` of one attribute (``pr_att_valgs``)."""
+    if nctype in ("char", "string"):
+        return _format_text_values(nctype, value)
+    dtype = {"float": np.float32, "double": np.float64}.get(nctype)
+    return _format_numbers(nctype, np.asarray(value, dtype=dtype).tolist())
+
+
+def attribute_text(attribute) -> bytes:
+    """:func:`format_attribute_values` of an :class:`Attribute` (numbers read need no numpy)."""
+    nctype = attribute.nctype.name
+    if nctype in ("char", "string"):
+        return _format_text_values(nctype, attribute.value)
+    return _format_numbers(nctype, attribute.numbers())
+
+
+def _format_text_values(nctype: str, value: object) -> bytes:
     if nctype == "char" or (not isinstance(value, str) and len(value) == 0):
         return quote_att_text(encode_text(value) if isinstance(value, str) else b"")
-    if nctype == "string":
-        return b", ".join(quote_att_text(encode_text(s).split(b"\x00", 1)[0]) for s in value)
-    if nctype == "float":  # float32 values: tolist() gives their exact value as Python floats
-        items = [_real_att("%#.7gf", "f", v) for v in np.asarray(value, dtype=np.float32).tolist()]
+    return b", ".join(quote_att_text(encode_text(s).split(b"\x00", 1)[0]) for s in value)
+
+
+def _format_numbers(nctype: str, numbers: list) -> bytes:
+    """Numbers exactly of the attribute's type (a float's value is a float32's) as ncdump prints them."""
+    if not numbers:
+        return b'""'
+    if nctype == "float":
+        items = [_real_att("%#.7gf", "f", v) for v in numbers]
     elif nctype == "double":
-        items = [format_double_att(v) for v in np.asarray(value, dtype=np.float64).tolist()]
+        items = [format_double_att(v) for v in numbers]
     else:
         suffix = ATT_SUFFIX.get(nctype, "")
-        items = [f"{int(v)}{suffix}" for v in np.asarray(value).tolist()]
+        items = [f"{int(v)}{suffix}" for v in numbers]
     return ", ".join(items).encode("ascii")
 
 
@@ -290,7 +309,7 @@ class ValueFormatter:
 
     def _fill_mask(self, flat: np.ndarray) -> np.ndarray:
         if self.nctype == "float":
-            return _float_equals(np.float32(self.fill), flat.astype(np.float32), _FLT_EPSILON)
+            return _float_equals(np.float32(self.fill), flat.astype(np.float32), np.float32(_FLT_EPSILON))
         if self.nctype == "double":
             return _float_equals(np.float64(self.fill), flat.astype(np.float64), _DBL_EPSILON)
         return flat == self.fill
@@ -538,7 +557,7 @@ class _Printer:
             line += b"(" + b", ".join(dimension_reference(group, dim) for dim in variable.dims) + b")"
         self.out.indented(line + b" ;\n")
         for attribute in variable.attrs.all_typed():
-            self.attribute(variable.name, attribute.name, attribute.nctype.name, attribute.value)
+            self.attribute(variable.name, attribute)
         if self.special:
             for att_name, text in special_attributes(variable):
                 self.out.indented(b"\t\t" + escaped_name(variable.name) + b":" + att_name.encode() + text)
@@ -551,16 +570,17 @@ class _Printer:
             self.out.write(b"\n")
             self.out.indented(b"// " + kind + b" attributes:\n")
         for attribute in attributes:
-            self.attribute("", attribute.name, attribute.nctype.name, attribute.value)
+            self.attribute("", attribute)
         if is_root and self.special:
             for att_name, text in global_special_attributes(self.dataset):
                 self.out.indented(b"\t\t:" + att_name.encode() + text)
 
-    def attribute(self, var_name: str, att_name: str, nctype: str, value: object) -> None:
-        line = b"\t\t" + (b"string " if nctype == "string" else b"") + escaped_name(var_name)
+    def attribute(self, var_name: str, attribute) -> None:
+        string = attribute.nctype.name == "string"
+        line = b"\t\t" + (b"string " if string else b"") + escaped_name(var_name)
         if var_name in KEYWORDS:
             line += b" "
-        line += b":" + escaped_name(att_name) + b" = " + format_attribute_values(nctype, value) + b" ;\n"
+        line += b":" + escaped_name(attribute.name) + b" = " + attribute_text(attribute) + b" ;\n"
         self.out.indented(line)
 
     # ------------------------------------------------------------------ data section

@@ -81,3 +81,30 @@ def test_closed_pipe_is_not_an_error(tmp_path):
     )
     assert pipeline.stdout == b"k00000\n"
     assert b"Traceback" not in pipeline.stderr
+
+
+@pytest.mark.parametrize("version", ["4.9.0", None])
+def test_ncdump_header_never_imports_numpy(tmp_path, version):
+    """Start-up is most of a header dump's time: metadata alone must not load numpy (about 60 ms)."""
+    import nczmap
+
+    url = (tmp_path / "ds.file").as_uri() + "#mode=nczarr,file"
+    with nczmap.create_dataset(url, netcdf_version=version) as ds:
+        ds.create_dimension("x", 3)
+        var = ds.create_variable("v", ("x",), "f4", fill_value=np.float32(0.1))
+        var.attrs["scale"] = np.float32(0.1)
+        var.attrs["offsets"] = np.array([1.5, -0.0, np.nan], dtype="f8")
+        var.attrs["count"] = np.int64(2**40)
+        var[:] = [1, 2, 3]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "nczmap", "ncdump", "-h", url],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()]
+    assert "numpy" not in imported
+    assert b"v:scale = 0.1f ;" in result.stdout
+    assert b"v:offsets = 1.5, -0., NaN ;" in result.stdout
+    assert b"v:count = 1099511627776LL ;" in result.stdout
+    assert b"v:_FillValue = 0.1f ;" in result.stdout

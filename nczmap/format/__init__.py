@@ -25,7 +25,6 @@ def open_dataset(url, mode: str = "r", netcdf_version: str | None = None) -> Dat
     ``netcdf_version``), ``w`` create. Updates keep the store's dialect.
     """
     from nczmap.format.reader import read_dataset
-    from nczmap.format.writer import DatasetWriter
     from nczmap.url import ParsedURL, parse_url
     from nczmap.zmap import open_map
 
@@ -36,6 +35,8 @@ def open_dataset(url, mode: str = "r", netcdf_version: str | None = None) -> Dat
             return _new_dataset(zmap, parsed, netcdf_version)
         dataset = read_dataset(zmap, parsed)
         if mode != "r":
+            from nczmap.format.writer import DatasetWriter
+
             consolidated = parsed.consolidated or dataset.consolidated
             dataset.writer = DatasetWriter(dataset, dataset.dialect, parsed.xarray, consolidated)
             dataset.writer.attach_all()

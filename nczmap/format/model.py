@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
+from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, type_of_numpy
 
@@ -22,13 +21,42 @@ def _type_named(name: str) -> NCType:
         raise FormatError(f"unknown netCDF type {name!r}: one of {', '.join(BY_NAME)}") from None
 
 
-@dataclass
 class Attribute:
-    """A typed attribute: numeric values as a 1-D numpy array, char as ``str``, string as ``list[str]``."""
+    """A typed attribute: numeric values as a 1-D numpy array, char as ``str``, string as ``list[str]``.
 
-    name: str
-    nctype: NCType
-    value: np.ndarray | str | list[str]
+    Numbers read from storage stay a Python list (``numbers``) until ``value`` is first used, so reading
+    and printing metadata never needs numpy.
+    """
+
+    __slots__ = ("_numbers", "_value", "name", "nctype")
+
+    def __init__(
+        self, name: str, nctype: NCType, value: object = None, *, numbers: list | None = None
+    ) -> None:
+        self.name = name
+        self.nctype = nctype
+        self._value = value
+        self._numbers = numbers
+
+    @property
+    def value(self) -> np.ndarray | str | list[str]:
+        if self._value is None:
+            self._value = np.array(self._numbers, dtype=self.nctype.numpy)
+        return self._value
+
+    def numbers(self) -> list:
+        """The values as Python numbers (float values exactly those of the attribute's type)."""
+        if self._numbers is None:
+            self._numbers = np.asarray(self._value, dtype=self.nctype.numpy).tolist()
+        return self._numbers
+
+    def __len__(self) -> int:
+        if self._value is None:
+            return len(self._numbers)
+        return len(self._value)
+
+    def __repr__(self) -> str:
+        return f"Attribute({self.name!r}, {self.nctype.name}, {self.value!r})"
 
     def python_value(self) -> object:
         if self.nctype is CHAR:

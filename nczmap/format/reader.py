@@ -13,16 +13,24 @@ import functools
 import gc
 import warnings
 
-import numpy as np
-
 from nczmap.concurrency import run_bounded
 from nczmap.errors import EmptyError, FormatError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
 from nczmap.format.jsonutil import loads, netcdf_text
 from nczmap.format.model import Attribute, Attributes, Dimension, Group
-from nczmap.format.types import BY_CODE, CHAR, STRING, NCType, convert_value, infer_json_type, parse_dtype
-from nczmap.format.variable import ArrayLayout, Variable
+from nczmap.format.types import (
+    BY_CODE,
+    CHAR,
+    FLOAT,
+    STRING,
+    NCType,
+    convert_value,
+    infer_json_type,
+    parse_dtype,
+    to_float32,
+)
+from nczmap.format.variable import ArrayLayout, PendingFill, Variable
 from nczmap.url import ParsedURL
 from nczmap.zmap import ZMap
 
@@ -327,7 +335,7 @@ def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
         raise FormatError(f"array {key!r}: filters must be a list of codec objects, not {filters!r}")
     if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
         raise FormatError(f"array {key!r}: compressor must be a codec object or null, not {compressor!r}")
-    codecs = CodecChain(list(filters), compressor, dtype.storage.itemsize)
+    codecs = CodecChain(list(filters), compressor, dtype.itemsize)
     fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
 
@@ -342,7 +350,8 @@ def parse_fill(value: object, nctype: NCType, key: str) -> object:
         except (binascii.Error, ValueError):
             raw = text.encode()
         return raw[:1] or b"\x00" if nctype is CHAR else raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
-    return nctype.numpy.type(convert_value(value, nctype, f"fill_value of {key!r}"))
+    number = convert_value(value, nctype, f"fill_value of {key!r}")  # checked now, a numpy scalar later
+    return PendingFill(lambda: nctype.numpy.type(number))
 
 
 def read_attributes(
@@ -386,7 +395,9 @@ def make_attribute(name: str, value: object, nctype: NCType | None) -> Attribute
         converted = [convert_value(v, nctype, name) for v in values]
     except FormatError:
         return Attribute(name, CHAR, netcdf_text(value))
-    return Attribute(name, nctype, np.array(converted, dtype=nctype.numpy))
+    if nctype is FLOAT:
+        converted = [to_float32(v) for v in converted]
+    return Attribute(name, nctype, numbers=converted)
 
 
 def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:

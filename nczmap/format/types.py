@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import math
+import struct
 from dataclasses import dataclass
 
-import numpy as np
-
+from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format.jsonutil import special_float
 
@@ -41,7 +42,7 @@ _TYPES = [
     NCType("char", 2, "", b"\x00"),
     NCType("short", 3, "i2", -32767),
     NCType("int", 4, "i4", -2147483647),
-    NCType("float", 5, "f4", float(np.float32(9.9692099683868690e36))),
+    NCType("float", 5, "f4", struct.unpack("f", struct.pack("f", 9.9692099683868690e36))[0]),
     NCType("double", 6, "f8", 9.9692099683868690e36),
     NCType("ubyte", 7, "u1", 255),
     NCType("ushort", 8, "u2", 65535),
@@ -54,12 +55,25 @@ BY_NAME = {t.name: t for t in _TYPES}
 BY_CODE = {t.code: t for t in _TYPES}
 BY_LETTER = {t.letter: t for t in _TYPES if t.letter}
 _INT_RANGES = {
-    t.letter: (int(np.iinfo(t.letter).min), int(np.iinfo(t.letter).max)) for t in _TYPES if t.is_integer
+    t.letter: (-(1 << (8 * int(t.letter[1:]) - 1)), (1 << (8 * int(t.letter[1:]) - 1)) - 1)
+    if t.letter[0] == "i"
+    else (0, (1 << (8 * int(t.letter[1:]))) - 1)
+    for t in _TYPES
+    if t.is_integer
 }
 CHAR = BY_NAME["char"]
 STRING = BY_NAME["string"]
 INT = BY_NAME["int"]
 DOUBLE = BY_NAME["double"]
+FLOAT = BY_NAME["float"]
+
+
+def to_float32(value: float) -> float:
+    """The nearest float32 as a Python float (as numpy casts: out of range gives infinity)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True)
@@ -67,9 +81,21 @@ class ParsedDtype:
     """A Zarr dtype string read as netCDF: the type, the storage dtype, and the string width."""
 
     nctype: NCType
-    storage: np.dtype  # bytes as stored in chunks (byte order included)
+    spec: object  # the storage dtype: a numpy dtype or its spelling (made a dtype only when needed)
     explicit_order: bool  # "<" or ">" given (ncdump -s shows _Endianness)
     maxstrlen: int = 0
+
+    @functools.cached_property
+    def storage(self) -> np.dtype:
+        """Bytes as stored in chunks (byte order included)."""
+        return np.dtype(self.spec)
+
+    @functools.cached_property
+    def itemsize(self) -> int:
+        if not isinstance(self.spec, str):
+            return self.spec.itemsize
+        kind, size = self.spec.lstrip("<>|=")[:1], int(self.spec.lstrip("<>|=")[1:])
+        return 4 * size if kind == "U" else size
 
 
 def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> ParsedDtype:
@@ -94,15 +120,14 @@ def _parse_dtype(text: str, pure_zarr: bool) -> ParsedDtype | str:
     if letter == "S":
         width = int(size)
         if width == 1 and order == ">" and not pure_zarr:
-            return ParsedDtype(CHAR, np.dtype("S1"), False)
-        return ParsedDtype(STRING, np.dtype(f"S{width}"), False, width)
+            return ParsedDtype(CHAR, "S1", False)
+        return ParsedDtype(STRING, f"S{width}", False, width)
     if letter == "U" and size == "1":
-        return ParsedDtype(CHAR, np.dtype(f"{'<' if order == '|' else order}U1"), False)
+        return ParsedDtype(CHAR, f"{'<' if order == '|' else order}U1", False)
     nctype = BY_LETTER.get(body)
     if nctype is None:
         return ": not a netCDF atomic type"
-    storage = np.dtype(body).newbyteorder("=" if order == "|" else order)
-    return ParsedDtype(nctype, storage, order in "<>" and storage.itemsize > 1)
+    return ParsedDtype(nctype, ("=" if order == "|" else order) + body, order in "<>" and int(size) > 1)
 
 
 def dtype_string(nctype: NCType, byteorder: str = "<", maxstrlen: int = 128, dialect: str = "D3") -> str:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
+from nczmap._lazy import numpy as np
 from nczmap.concurrency import run_all
 from nczmap.errors import EmptyError, FormatError, SelectionError
 from nczmap.format.codecs import CodecChain
@@ -28,6 +27,30 @@ class ArrayLayout:
     separator: str = "."
     order: str = "C"
     scalar: bool = False
+
+
+class PendingFill:
+    """A fill value as stored (JSON), made a numpy scalar of the variable's type when first used."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self.make = make
+
+
+def _fill_value(layout: ArrayLayout) -> object:
+    fill = layout._fill
+    if isinstance(fill, PendingFill):
+        fill = layout._fill = fill.make()
+    return fill
+
+
+def _set_fill_value(layout: ArrayLayout, value: object) -> None:
+    layout._fill = value
+
+
+# Reading metadata (ncdump -h) needs no fill value: the numpy scalar is made only when one is used.
+ArrayLayout.fill_value = property(_fill_value, _set_fill_value)  # type: ignore[assignment]
 
 
 class Variable:
@@ -230,7 +253,7 @@ def _normalize_selection(selection: object, shape: tuple[int, ...], where: str):
     return indices, squeeze
 
 
-Selector = slice | np.ndarray
+Selector = "slice | np.ndarray"
 
 
 def _chunk_plan(indices: list[range], chunks: tuple[int, ...]):
