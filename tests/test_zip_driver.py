@@ -286,3 +286,55 @@ def test_search_index_is_consistent_with_zipstore_listing(tmp_path):
     store.close()
     with open_map(str(path), "r") as zmap:
         assert zmap.search("/v") == sorted(expected, key=lambda s: s.encode())
+
+
+def test_writes_from_many_threads_all_land_once(tmp_path):
+    """Chunk copies write from the pool's threads at once: every object ends up whole, exactly once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = tmp_path / "ds.zip"
+    contents = {f"/v/{i}": bytes([i % 251]) * (1000 + 37 * i) for i in range(200)}
+    with open_map(str(path), "w") as zmap:
+        zmap.write("/.zgroup", b'{"zarr_format": 2}')
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda item: zmap.write(*item), contents.items()))
+            # and the same keys again with new content, concurrently
+            contents = {key: data[::-1] + b"!" for key, data in contents.items()}
+            list(pool.map(lambda item: zmap.write(*item), contents.items()))
+        assert all(zmap.read(key) == data for key, data in contents.items())
+    listed = names(path)
+    assert len(listed) == len(set(listed))
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+    with open_map(str(path), "r") as zmap:
+        assert zmap.search("/v") == sorted(k[3:] for k in contents)
+        assert all(zmap.read(key) == data for key, data in contents.items())
+
+
+def test_a_staged_write_that_fails_keeps_the_previous_content(tmp_path):
+    path = tmp_path / "ds.zip"
+    write_store(path, {"/.zgroup": b"{}", "/v/0": b"old content"})
+    result = run_python(
+        f"""
+        import resource, signal
+        import nczmap
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        zmap = nczmap.open_map({str(path)!r}, "a")
+        zmap.write("/v/1", b"small")  # staging starts under the limit
+        soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (65536, hard))
+        try:
+            zmap.write("/v/0", b"x" * (1 << 20))
+        except nczmap.StorageError as exc:
+            print("refused:", exc)
+        print("reads:", zmap.read("/v/0"))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        zmap.close()
+        """
+    )
+    assert "refused:" in result.stdout and "'/v/0'" in result.stdout, result.stderr
+    assert "reads: b'old content'" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0, result.stderr
+    with open_map(str(path), "r") as zmap:
+        assert zmap.read("/v/0") == b"old content"
+        assert zmap.read("/v/1") == b"small"

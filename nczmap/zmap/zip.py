@@ -11,6 +11,7 @@ old one by rename, so an interrupted session leaves the previous archive intact 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import struct
@@ -33,7 +34,7 @@ from nczmap.zmap.osutil import remove_if_present
 # Root objects that make a top-level folder look like a whole dataset (netcdf-c layout).
 _GROUP_MARKERS = (".zgroup", ".zmetadata", ".nczarr", "zarr.json")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
-_COPY_BLOCK = 1 << 20
+_COPY_BLOCK = 4 << 20
 
 
 class Staged(NamedTuple):
@@ -58,6 +59,7 @@ class ZipMap(ZMap):
         self._archive: zipfile.ZipFile | None = None
         self._fd: int | None = None
         self._stage: IO[bytes] | None = None
+        self._staged_size = 0
         self._lock = threading.Lock()
         self._dirty = False
         self._open_archive()
@@ -177,11 +179,18 @@ class ZipMap(ZMap):
             raise StorageError(f"cannot read member {info.filename!r} of {self.path!r}: {exc}") from exc
 
     def _write(self, key: str, data: memoryview) -> None:
-        with self._lock:  # writes may come from several threads (chunk copies)
+        # Writes may come from several threads (chunk copies): each reserves its own stretch of the
+        # staging file, then they write at once; the object appears only when all its bytes are there.
+        with self._lock:
             check_leaf(self._index, self._members, key, self.location)
             stage = self._staging_file()
-            offset = stage.seek(0, os.SEEK_END)
-            stage.write(data)
+            offset, self._staged_size = self._staged_size, self._staged_size + len(data)
+        try:
+            _pwrite_all(stage.fileno(), data, offset)
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot stage {key!r} for {self.path!r}") from exc
+        with self._lock:
+            check_leaf(self._index, self._members, key, self.location)
             self._members[key] = Staged(offset, len(data))
             self._index.add(key)
             self._dirty = True
@@ -363,6 +372,15 @@ def _directory_info(name: str, now: tuple) -> zipfile.ZipInfo:
     info.external_attr = (0o40755 << 16) | 0x10
     info.flag_bits |= 0x800
     return info
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(data):
+        written = os.pwrite(fd, data[done:], offset + done)
+        if not written:
+            raise OSError(errno.ENOSPC, "no space left for the staged write")
+        done += written
 
 
 def _pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
