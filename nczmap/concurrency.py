@@ -6,11 +6,11 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from queue import SimpleQueue
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # importing concurrent.futures costs start-up time (it loads logging)
+if TYPE_CHECKING:  # importing concurrent.futures and queue costs start-up time (logging, heapq...)
     from concurrent.futures import Future, ThreadPoolExecutor
+    from queue import SimpleQueue
 
 WIDTH = 8  # chunk operations in flight: bounds the memory held by chunks being read or written
 # Local storage is bound by CPU (copies, page faults, codecs), not latency: more threads than cores only
@@ -59,6 +59,8 @@ def run_each(tasks: Iterable[Callable[[], object]], width: int = WIDTH) -> Itera
     which also means a call from a pool thread cannot deadlock waiting for helpers that never start.
     After the first error no new task starts; it is raised once the running ones have ended.
     """
+    from queue import SimpleQueue
+
     iterator = iter(tasks)
     lock = threading.Lock()
     errors: list[BaseException] = []
