@@ -41,6 +41,8 @@ from typing import BinaryIO, TextIO
 from nczmap._lazy import numpy as np
 from nczmap.errors import NCZError
 from nczmap.format.jsonutil import netcdf_text
+from nczmap.format.model import Attribute
+from nczmap.format.types import BY_NAME
 
 MAX_LINE_LEN = 80 - 2  # vardata.c: set_max_len(80) stores len - 2
 CONTINUATION = b"    "  # LINEPIND
@@ -216,13 +218,10 @@ def quote_string_data(raw: bytes) -> bytes:
 
 def format_attribute_values(nctype: str, value: object) -> bytes:
     """The text after ``name = `` of one attribute (``pr_att_valgs``)."""
-    if nctype in ("char", "string"):
-        return _format_text_values(nctype, value)
-    dtype = {"float": np.float32, "double": np.float64}.get(nctype)
-    return _format_numbers(nctype, np.asarray(value, dtype=dtype).tolist())
+    return attribute_text(Attribute("", BY_NAME[nctype], value))
 
 
-def attribute_text(attribute) -> bytes:
+def attribute_text(attribute: Attribute) -> bytes:
     """:func:`format_attribute_values` of an :class:`Attribute` (numbers read need no numpy)."""
     nctype = attribute.nctype.name
     if nctype in ("char", "string"):
@@ -575,7 +574,7 @@ class _Printer:
             for att_name, text in global_special_attributes(self.dataset):
                 self.out.indented(b"\t\t:" + att_name.encode() + text)
 
-    def attribute(self, var_name: str, attribute) -> None:
+    def attribute(self, var_name: str, attribute: Attribute) -> None:
         string = attribute.nctype.name == "string"
         line = b"\t\t" + (b"string " if string else b"") + escaped_name(var_name)
         if var_name in KEYWORDS:

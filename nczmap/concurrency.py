@@ -63,19 +63,24 @@ def run_each(tasks: Iterable[Callable[[], object]], width: int = WIDTH) -> Itera
 
     iterator = iter(tasks)
     lock = threading.Lock()
+    stop = threading.Event()  # set on the first error, or when the caller is done with this generator
     errors: list[BaseException] = []
     finished: SimpleQueue[None] = SimpleQueue()
 
     def take() -> Callable[[], object] | None:
         with lock:
-            return None if errors else next(iterator, None)
+            return None if stop.is_set() else next(iterator, None)
+
+    def fail(exc: BaseException) -> None:
+        errors.append(exc)
+        stop.set()
 
     def worker() -> None:
         while (task := take()) is not None:
             try:
                 task()
             except BaseException as exc:  # handed back to the caller below
-                errors.append(exc)
+                fail(exc)
                 return
             finished.put(None)
 
@@ -87,15 +92,14 @@ def run_each(tasks: Iterable[Callable[[], object]], width: int = WIDTH) -> Itera
             while not finished.empty():
                 yield finished.get()
     except BaseException as exc:
-        errors.append(exc)
+        fail(exc)
     finally:
-        errors.append(StopIteration())  # no task starts any more, whatever happens to this generator
+        stop.set()
         for helper in helpers:
             if not helper.cancel():  # a helper still queued had nothing left to do
                 helper.exception()
-    real = [e for e in errors if not isinstance(e, StopIteration)]
-    if real:
-        raise real[0]
+    if errors:
+        raise errors[0]
     while not finished.empty():
         yield finished.get()
 

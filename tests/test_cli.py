@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -83,12 +84,10 @@ def test_closed_pipe_is_not_an_error(tmp_path):
     assert b"Traceback" not in pipeline.stderr
 
 
-@pytest.mark.parametrize("version", ["4.9.0", None])
-def test_ncdump_header_never_imports_numpy(tmp_path, version):
-    """Start-up is most of a header dump's time: metadata alone must not load numpy (about 60 ms)."""
+def header_store(path, version: str | None) -> str:
     import nczmap
 
-    url = (tmp_path / "ds.file").as_uri() + "#mode=nczarr,file"
+    url = path.as_uri() + "#mode=nczarr,file"
     with nczmap.create_dataset(url, netcdf_version=version) as ds:
         ds.create_dimension("x", 3)
         var = ds.create_variable("v", ("x",), "f4", fill_value=np.float32(0.1))
@@ -96,15 +95,28 @@ def test_ncdump_header_never_imports_numpy(tmp_path, version):
         var.attrs["offsets"] = np.array([1.5, -0.0, np.nan], dtype="f8")
         var.attrs["count"] = np.int64(2**40)
         var[:] = [1, 2, 3]
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "nczmap", "ncdump", "-h", url],
-        capture_output=True,
-        timeout=60,
-        check=True,
-    )
-    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()]
-    assert "numpy" not in imported
-    assert b"v:scale = 0.1f ;" in result.stdout
-    assert b"v:offsets = 1.5, -0., NaN ;" in result.stdout
-    assert b"v:count = 1099511627776LL ;" in result.stdout
-    assert b"v:_FillValue = 0.1f ;" in result.stdout
+    return url
+
+
+@pytest.mark.skipif(shutil.which("ncdump") is None, reason="netcdf-c ncdump not installed")
+def test_ncdump_header_never_imports_numpy(tmp_path):
+    """Start-up is most of a header dump's time: metadata alone must not load numpy (about 60 ms).
+
+    The header still equals real ncdump's: of the 4.9.0 store (which that ncdump reads), and of the
+    default (4.9.3+) store holding the same attributes.
+    """
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d3").mkdir()
+    for_c = header_store(tmp_path / "d1" / "ds.file", "4.9.0")
+    default = header_store(tmp_path / "d3" / "ds.file", None)
+    expected = subprocess.run(["ncdump", "-h", for_c], capture_output=True, timeout=60, check=True).stdout
+    for url in (for_c, default):
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "nczmap", "ncdump", "-h", url],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
+        imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()]
+        assert "numpy" not in imported
+        assert result.stdout == expected

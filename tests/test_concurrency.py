@@ -10,6 +10,20 @@ import pytest
 from nczmap.concurrency import WIDTH, _pool, run_all, run_each
 
 
+class Tally:
+    """A count shared by threads, with the highest value it reached."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.peak = 0
+        self._lock = threading.Lock()
+
+    def add(self, amount: int = 1) -> None:
+        with self._lock:
+            self.count += amount
+            self.peak = max(self.peak, self.count)
+
+
 def test_run_each_runs_every_task_once_and_yields_once_per_task() -> None:
     done: list[int] = []
     lock = threading.Lock()
@@ -24,95 +38,72 @@ def test_run_each_runs_every_task_once_and_yields_once_per_task() -> None:
 
 
 def test_run_each_uses_several_threads_at_once() -> None:
-    running, peak = 0, 0
-    lock = threading.Lock()
+    running = Tally()
 
     def task() -> None:
-        nonlocal running, peak
-        with lock:
-            running += 1
-            peak = max(peak, running)
+        running.add()
         time.sleep(0.01)
-        with lock:
-            running -= 1
+        running.add(-1)
 
     run_all([task] * 40, width=4)
-    assert peak == 4
+    assert running.peak == 4
 
 
 def test_run_each_reads_lazily_holding_at_most_width_tasks() -> None:
-    taken, finished = 0, 0
-    lock = threading.Lock()
-    most_outstanding = 0
-
-    def tasks():
-        nonlocal taken, most_outstanding
-        for _ in range(200):
-            with lock:
-                taken += 1
-                most_outstanding = max(most_outstanding, taken - finished)
-            yield task
+    outstanding, finished = Tally(), Tally()
 
     def task() -> None:
-        nonlocal finished
         time.sleep(0.001)
-        with lock:
-            finished += 1
+        outstanding.add(-1)
+        finished.add()
+
+    def tasks():
+        for _ in range(200):
+            outstanding.add()
+            yield task
 
     list(run_each(tasks(), width=3))
-    assert finished == 200
-    assert most_outstanding <= 3
+    assert finished.count == 200
+    assert outstanding.peak <= 3
 
 
 def test_first_error_is_raised_and_no_new_task_starts_after_it() -> None:
-    started = 0
-    lock = threading.Lock()
+    started = Tally()
 
     def task(n: int) -> None:
-        nonlocal started
-        with lock:
-            started += 1
+        started.add()
         if n == 5:
             raise ValueError("chunk 5 is bad")
         time.sleep(0.005)
 
     with pytest.raises(ValueError, match="chunk 5 is bad"):
         run_all([lambda n=n: task(n) for n in range(1000)], width=4)
-    assert started < 20
+    assert started.count < 20
 
 
 def test_abandoning_the_generator_stops_the_work() -> None:
-    started = 0
-    lock = threading.Lock()
+    started = Tally()
 
     def task() -> None:
-        nonlocal started
-        with lock:
-            started += 1
+        started.add()
         time.sleep(0.002)
 
     iterator = run_each((task for _ in range(1000)), width=4)
     next(iterator)
     iterator.close()
-    settled = started
+    settled = started.count
     time.sleep(0.05)
-    assert started == settled < 20
+    assert started.count == settled < 20
 
 
 def test_nested_calls_from_every_pool_thread_do_not_deadlock() -> None:
     """Each outer task (filling the whole pool) runs an inner run_all, as a copy's region reads do."""
-    inner_done = 0
-    lock = threading.Lock()
-
-    def inner() -> None:
-        nonlocal inner_done
-        with lock:
-            inner_done += 1
+    inner_done = Tally()
 
     def outer() -> None:
-        run_all([inner] * 10, width=WIDTH)
+        run_all([inner_done.add] * 10, width=WIDTH)
 
     futures = [_pool().submit(lambda: run_all([outer] * 3, width=WIDTH)) for _ in range(WIDTH)]
     for future in futures:
         future.result(timeout=30)
-    assert inner_done == WIDTH * 3 * 10
+    assert inner_done.count == WIDTH * 3 * 10

@@ -50,11 +50,6 @@ class Attribute:
             self._numbers = np.asarray(self._value, dtype=self.nctype.numpy).tolist()
         return self._numbers
 
-    def __len__(self) -> int:
-        if self._value is None:
-            return len(self._numbers)
-        return len(self._value)
-
     def __repr__(self) -> str:
         return f"Attribute({self.name!r}, {self.nctype.name}, {self.value!r})"
 

@@ -92,10 +92,11 @@ class ParsedDtype:
 
     @functools.cached_property
     def itemsize(self) -> int:
+        """Bytes per stored value, read from the spelling (no numpy needed)."""
         if not isinstance(self.spec, str):
             return self.spec.itemsize
-        kind, size = self.spec.lstrip("<>|=")[:1], int(self.spec.lstrip("<>|=")[1:])
-        return 4 * size if kind == "U" else size
+        body = self.spec.lstrip("<>|=")
+        return int(body[1:]) * (4 if body[0] == "U" else 1)
 
 
 def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> ParsedDtype:

@@ -6,6 +6,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from nczmap._lazy import numpy as np
 from nczmap.concurrency import run_all
@@ -13,20 +14,6 @@ from nczmap.errors import EmptyError, FormatError, SelectionError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Attributes, Dimension, Group
 from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype
-
-
-@dataclass
-class ArrayLayout:
-    """How an array is stored: chunking, byte layout, codecs, fill value for missing chunks."""
-
-    shape: tuple[int, ...]
-    chunks: tuple[int, ...]
-    dtype: ParsedDtype
-    fill_value: object  # None: no fill (missing chunks read as zeros)
-    codecs: CodecChain
-    separator: str = "."
-    order: str = "C"
-    scalar: bool = False
 
 
 class PendingFill:
@@ -38,19 +25,25 @@ class PendingFill:
         self.make = make
 
 
-def _fill_value(layout: ArrayLayout) -> object:
-    fill = layout._fill
-    if isinstance(fill, PendingFill):
-        fill = layout._fill = fill.make()
-    return fill
+@dataclass
+class ArrayLayout:
+    """How an array is stored: chunking, byte layout, codecs, fill value for missing chunks."""
 
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...]
+    dtype: ParsedDtype
+    fill: object  # the fill value, or a PendingFill until first used (ncdump -h never needs it)
+    codecs: CodecChain
+    separator: str = "."
+    order: str = "C"
+    scalar: bool = False
 
-def _set_fill_value(layout: ArrayLayout, value: object) -> None:
-    layout._fill = value
-
-
-# Reading metadata (ncdump -h) needs no fill value: the numpy scalar is made only when one is used.
-ArrayLayout.fill_value = property(_fill_value, _set_fill_value)  # type: ignore[assignment]
+    @property
+    def fill_value(self) -> object:
+        """None: no fill (missing chunks read as zeros)."""
+        if isinstance(self.fill, PendingFill):
+            self.fill = self.fill.make()
+        return self.fill
 
 
 class Variable:
@@ -253,7 +246,7 @@ def _normalize_selection(selection: object, shape: tuple[int, ...], where: str):
     return indices, squeeze
 
 
-Selector = "slice | np.ndarray"
+Selector: TypeAlias = "slice | np.ndarray"
 
 
 def _chunk_plan(indices: list[range], chunks: tuple[int, ...]):
