@@ -22,26 +22,30 @@ from dataclasses import dataclass, field, replace
 from urllib.parse import quote, unquote
 
 from nczmap.errors import ModeError, URLError
+from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 
 __all__ = [
-    "DRIVER_WORDS",
     "FORMAT_WORDS",
     "GOOGLE_ENDPOINT",
-    "KNOWN_MODE_WORDS",
     "UNSUPPORTED_MODE_WORDS",
     "Fragment",
     "ParsedURL",
+    "known_mode_words",
     "parse_url",
 ]
 
 FORMAT_WORDS = ("nczarr", "zarr", "xarray", "noxarray")
-DRIVER_WORDS = ("file", "zip", "s3")
-KNOWN_MODE_WORDS = ("nczarr", "zarr", "xarray", "noxarray", "file", "zip", "s3", "gs3", "consolidated", "v2")
+OTHER_MODE_WORDS = ("gs3", "consolidated", "v2")
 UNSUPPORTED_MODE_WORDS = ("v3", "bytes", "dap2", "dap4", "zoh")
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 
 _IMPLIES = {"xarray": "zarr", "zarr": "nczarr", "noxarray": "nczarr"}
-_MODE_KEYS = frozenset(KNOWN_MODE_WORDS + UNSUPPORTED_MODE_WORDS)
+
+
+def known_mode_words() -> tuple[str, ...]:
+    """Every ``#mode=`` word nczmap understands: formats, the registered drivers, and the rest."""
+    return (*FORMAT_WORDS, *DRIVERS, *OTHER_MODE_WORDS)
+
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
@@ -92,7 +96,7 @@ class Fragment(Mapping[str, str]):
 class _Location:
     """Where the dataset lives, before mode words are applied."""
 
-    kind: str  # "local" or "s3"
+    kind: str  # LOCAL or S3 (nczmap.registry)
     scheme: str
     path: str
     host: str | None = None
@@ -147,9 +151,14 @@ class ParsedURL:
         return self.fragment.get("aws.profile") or None
 
     @property
+    def on_s3(self) -> bool:
+        """The dataset (or, for a layered driver, its manifest) is in an S3 bucket."""
+        return self.bucket is not None
+
+    @property
     def dataset_name(self) -> str:
         """Last path segment minus its last extension (the bucket name, as is, for a bucket root)."""
-        if self.driver == "s3":
+        if self.on_s3:
             if not self.path:
                 return self.bucket or ""
             name = self.path.rsplit("/", 1)[-1]
@@ -159,7 +168,7 @@ class ParsedURL:
 
     @property
     def location(self) -> str:
-        if self.driver != "s3":
+        if not self.on_s3:
             return self.path
         return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
 
@@ -179,13 +188,13 @@ class ParsedURL:
         return _make(self.original, self._location(), modes, others)
 
     def _location(self) -> _Location:
-        kind = "s3" if self.driver == "s3" else "local"
+        kind = S3 if self.on_s3 else LOCAL
         return _Location(
             kind, self.scheme, self.path, self.host, self.port, self.bucket, self.region, self.endpoint
         )
 
     def _base_url(self) -> str:
-        if self.driver != "s3":
+        if not self.on_s3:
             return "file://" + quote(self.path, safe=_PATH_SAFE, errors="surrogateescape")
         tail = quote(self.bucket or "", safe="")
         if self.path:
@@ -305,7 +314,7 @@ def _local_location(path: str, shown: str) -> _Location:
     except OSError as exc:  # the current directory may have been removed
         raise URLError(f"cannot make the path of {shown!r} absolute: {exc}") from exc
     # normpath keeps a leading "//" (POSIX leaves it implementation-defined); Linux treats it as "/".
-    return _Location("local", "file", "/" + os.path.normpath(path).lstrip("/"))
+    return _Location(LOCAL, "file", "/" + os.path.normpath(path).lstrip("/"))
 
 
 def _file_location(body: str, shown: str) -> _Location:
@@ -335,7 +344,7 @@ def _bucket_scheme_location(scheme: str, body: str, shown: str) -> _Location:
         raise URLError(f"missing bucket in {shown!r}")
     endpoint = GOOGLE_ENDPOINT if scheme == "gs3" else None
     _check_bucket(bucket, _GOOGLE_BUCKET if endpoint else _AWS_BUCKET, shown)
-    return _Location("s3", scheme, _s3_key(key.split("/"), shown), bucket=bucket, endpoint=endpoint)
+    return _Location(S3, scheme, _s3_key(key.split("/"), shown), bucket=bucket, endpoint=endpoint)
 
 
 def _http_location(scheme: str, body: str, shown: str) -> _Location:
@@ -343,7 +352,7 @@ def _http_location(scheme: str, body: str, shown: str) -> _Location:
         raise URLError(f"expected {scheme}://<host>/..., got {shown!r}")
     authority, _, raw_path = body[2:].partition("?")[0].partition("/")
     host, port = _split_authority(authority, shown)
-    server = _Location("s3", scheme, "", host, port)
+    server = _Location(S3, scheme, "", host, port)
     segments = raw_path.split("/")
     labels = [] if host.startswith("[") else host.split(".")
     if host == "storage.googleapis.com":
@@ -500,7 +509,7 @@ def _assemble(shown: str, location: _Location, pairs: list[tuple[str, str]]) -> 
     for key, value in pairs:
         if key == "mode":
             words.extend(value.split(","))
-        elif not value and key in _MODE_KEYS:
+        elif not value and (key in known_mode_words() or key in UNSUPPORTED_MODE_WORDS):
             words.append(key)  # documented meaning of a bare mode word (netcdf-c bug 8 aside)
         else:
             others.append((key, value))
@@ -512,9 +521,9 @@ def _make(
 ) -> ParsedURL:
     fragment = Fragment([("mode", ",".join(modes)), *others])
     region = location.region
-    if location.kind == "s3" and region is None:
+    if location.kind == S3 and region is None:
         region = fragment.get("aws.region") or None
-    driver = next(word for word in modes if word in DRIVER_WORDS)
+    driver = next(word for word in modes if word in DRIVERS)
     return ParsedURL(
         original=original,
         scheme=location.scheme,
@@ -554,8 +563,8 @@ def _normalise_words(words: Iterable[str], shown: str) -> list[str]:
             continue
         if word in UNSUPPORTED_MODE_WORDS:
             raise ModeError(f"mode {word!r} is not supported by nczmap (in {shown!r})")
-        if word not in KNOWN_MODE_WORDS:
-            known = ", ".join(KNOWN_MODE_WORDS)
+        if word not in known_mode_words():
+            known = ", ".join(known_mode_words())
             raise ModeError(f"unknown mode {word!r} in {shown!r}; known modes: {known}")
         word = "s3" if word == "gs3" else word
         if word not in modes:
@@ -564,15 +573,21 @@ def _normalise_words(words: Iterable[str], shown: str) -> list[str]:
 
 
 def _driver(modes: list[str], location: _Location, shown: str) -> str:
-    chosen = [word for word in modes if word in DRIVER_WORDS]
+    """The registered driver the mode words and the location select (nczmap.registry)."""
+    chosen = [word for word in modes if word in DRIVERS]
+    layered = [word for word in chosen if DRIVERS[word].layered]
+    if layered and len(chosen) == 2 and DEFAULT_DRIVER[location.kind] in chosen:
+        chosen = layered  # "manifest,s3": a manifest stored in S3
     if len(chosen) > 1:
         raise ModeError(f"conflicting storage drivers {chosen[0]!r} and {chosen[1]!r} in mode of {shown!r}")
-    if location.kind == "s3":
-        if chosen and chosen[0] != "s3":
-            raise ModeError(f"mode {chosen[0]!r} cannot be used with a {location.scheme}: URL ({shown!r})")
-        return "s3"
-    if chosen == ["s3"]:
-        raise ModeError(f"mode 's3' cannot be used with a local file path or file: URL ({shown!r})")
     if chosen:
+        if location.kind not in DRIVERS[chosen[0]].locations:
+            local = location.kind == LOCAL
+            where = "a local file path or file: URL" if local else f"a {location.scheme}: URL"
+            raise ModeError(f"mode {chosen[0]!r} cannot be used with {where} ({shown!r})")
         return chosen[0]
-    return "zip" if location.path.lower().endswith(".zip") else "file"
+    if location.kind == LOCAL:
+        for entry in DRIVERS.values():
+            if entry.suffix and LOCAL in entry.locations and location.path.lower().endswith(entry.suffix):
+                return entry.name
+    return DEFAULT_DRIVER[location.kind]

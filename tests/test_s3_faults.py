@@ -17,7 +17,7 @@ from s3proxy import S3Proxy
 from s3server import BUCKET, start_server
 
 import nczmap
-import nczmap.zmap.s3 as s3_driver
+from nczmap.zmap import byteranges
 from nczmap import AccessDenied, DatasetNotFound, KeyNameError, NCZError, StorageError
 
 BOUND = 20.0  # seconds any failing operation may take (the driver: 2 retries within 10 s)
@@ -137,7 +137,7 @@ def dataset_root(proxy):
 @pytest.fixture
 def short_timeout(monkeypatch):
     """Client timeouts of 1 s (the driver's 15 s would make stall tests slow); retries stay as shipped."""
-    monkeypatch.setattr(s3_driver, "CLIENT_OPTIONS", {"timeout": "1s", "connect_timeout": "1s"})
+    monkeypatch.setattr(byteranges, "CLIENT_OPTIONS", {"timeout": "1s", "connect_timeout": "1s"})
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nczmap.errors import ModeError, URLError
-from nczmap.url import KNOWN_MODE_WORDS, Fragment, ParsedURL, parse_url
+from nczmap.url import Fragment, ParsedURL, known_mode_words, parse_url
 
 
 def _same_dataset(p: ParsedURL, q: ParsedURL) -> None:
@@ -283,7 +283,7 @@ def test_unsupported_mode_words(word: str, form: str) -> None:
 def test_unknown_mode_word(word: str) -> None:
     with pytest.raises(ModeError, match=f"unknown mode '{word}'.*known modes: nczarr, zarr") as info:
         parse_url(f"/data/x#mode=nczarr,{word}")
-    assert all(known in str(info.value) for known in KNOWN_MODE_WORDS)
+    assert all(known in str(info.value) for known in known_mode_words())
 
 
 def test_unknown_bare_key_is_only_a_fragment_key() -> None:

@@ -32,7 +32,7 @@ from nczmap.format.types import (
 )
 from nczmap.format.variable import ArrayLayout, PendingFill, Variable
 from nczmap.url import ParsedURL
-from nczmap.zmap import ZMap
+from nczmap.zmap import Latency, ZMap
 
 _HIDDEN = frozenset(
     [
@@ -62,8 +62,8 @@ class MetadataSource:
         self.zmap = zmap
         self.consolidated = consolidated
         self._fetched: dict[str, bytes | None] = {}
-        # On object stores every read is a round trip: fetch a group's metadata objects several at a time.
-        self.prefetching = consolidated is None and zmap.driver == "s3"
+        # Where every read is a round trip, fetch a group's metadata objects several at a time.
+        self.prefetching = consolidated is None and zmap.latency is Latency.REMOTE
 
     def prefetch(self, keys: list[str]) -> None:
         """Read these objects ahead, concurrently (only where reads are round trips to a server)."""

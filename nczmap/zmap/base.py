@@ -1,16 +1,65 @@
-"""The zmap contract (netcdf-c ``zmap.h``) as a Python abstract class.
+"""The zmap contract: what every storage driver guarantees (netcdf-c ``zmap.h``, nczarr-format.md §1).
 
-Public methods validate keys, the open mode and the arguments, then call the driver's ``_``-prefixed
-primitive with a normalised key. Drivers never parse JSON and never see an illegal key.
+**Keys.** ``'/' | ('/' segment)+``: a segment is any UTF-8 text without ``/``, control characters or lone
+surrogates, and is not empty, ``.``, ``..`` or a name starting with ``.nczmap-tmp-`` (reserved for staging).
+Keys are relative to the dataset root; a missing leading ``/`` is added and ``/a/`` means ``/a`` in
+``search``. :class:`ZMap`'s public methods check keys (``KeyNameError``) before a driver sees them, so no
+key can name anything outside the root, and a driver's primitives always get the normalised form.
+
+**Objects and directories.** A *content-bearing* key names an object: a byte string, possibly empty. Every
+other key (an intermediate "directory" such as ``/g/v``, the root, or a key with nothing under it) has no
+content. Objects are leaves: a key is never both an object and the prefix of another key, and a write that
+would break this raises ``KeyConflictError``.
+
+**The "no content" error.** ``len`` and ``read`` of a key without content raise :class:`EmptyError`
+(netcdf-c's NC_EEMPTY) whether the key is a directory or absent: the contract does not tell them apart.
+``exists`` answers the same question without raising. A missing dataset is ``DatasetNotFound`` at open.
+
+**Search.** ``search(prefix)`` returns the names (single segments, not keys) of the immediate children of
+``prefix`` -- objects and directories alike -- without duplicates, sorted bytewise by UTF-8 (code-point
+order); ``[]`` for an object, an absent key or an empty directory. Names that cannot be keys (foreign files
+such as ``a..b/`` spellings, staging files) are never listed.
+
+**Byte ranges.** ``read(key, start, count)`` returns ``count`` bytes from ``start`` (to the end when
+``count`` is None). A range running past the end is cut short like a Python slice (``b""`` from past the
+end); it never returns garbage or padding. Negative values raise ``RangeError``. ``read_into`` fills a
+caller's buffer the same way and returns the count.
+
+**Writes.** ``write(key, data)`` replaces the whole object, creating directories as needed. It is atomic:
+a reader (or a crash) sees the old content or the new, never a mix, and a failed write leaves the old
+content readable. Drivers that commit at ``close`` (zip) stage writes and make them visible to their own
+map at once. ``delete`` removes an object or a whole subtree (absent keys are not an error); ``truncate``
+empties the dataset; ``close(delete=True)`` removes it.
+
+**Capabilities** are declared on the driver class (netcdf-c ``NCZM_FEATURES``, zarr-python
+``supports_*``): :attr:`ZMap.writable` (a read-only driver implements only the read primitives; any write
+raises ``ReadOnlyError`` naming it), :attr:`ZMap.listable` (``search`` works), :attr:`ZMap.latency`
+(``LOCAL`` storage is bound by CPU and disk, ``REMOTE`` by round trips, which callers overlap and batch).
+
+**Threads.** One map may be used from several threads at once for reads and for writes of different keys
+(chunk I/O runs on a pool); opening, ``truncate`` and ``close`` are not concurrent with anything else.
+
+**Errors.** Everything raised derives from :class:`nczmap.NCZError` and names the key and the location.
+
+**The primitives** a driver implements (``_``-prefixed, called with checked, normalised keys):
+
+- ``_exists(key) -> bool``: the key is content-bearing.
+- ``_len(key) -> int``: its size; ``EmptyError`` without content.
+- ``_read(key, start, count) -> bytes``: the range, cut short at the end; ``EmptyError`` without content.
+- ``_read_into(key, buffer, start) -> int``: optional, a faster ``_read`` into a caller's buffer.
+- ``_search(prefix) -> list[str]``: sorted child names (listable drivers).
+- ``_close(delete)``: release (and commit) everything; remove the dataset when ``delete``.
+- writable drivers also: ``_write(key, data: memoryview)``, ``_delete(key)``, ``_truncate()``.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
-from nczmap.concurrency import LOCAL_WIDTH
+from nczmap.concurrency import LOCAL_WIDTH, WIDTH
 from nczmap.errors import DataError, EmptyError, RangeError, ReadOnlyError, StorageError
 from nczmap.url import ParsedURL
 from nczmap.zmap.keys import ROOT, join, normalize_key, normalize_prefix
@@ -33,11 +82,25 @@ def as_buffer(key: str, data: object) -> memoryview:
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
 
 
+class Latency(enum.Enum):
+    """What a storage's operations wait for: the local machine, or round trips to a server."""
+
+    LOCAL = "local"
+    REMOTE = "remote"
+
+
 class ZMap(ABC):
     """One dataset's key/value storage. Keys are ``/``-separated with a leading ``/``."""
 
     driver: ClassVar[str] = ""
-    io_width: ClassVar[int] = LOCAL_WIDTH  # chunk reads/writes worth running at once on this storage
+    writable: ClassVar[bool] = True
+    listable: ClassVar[bool] = True
+    latency: ClassVar[Latency] = Latency.LOCAL
+
+    @property
+    def io_width(self) -> int:
+        """Chunk reads or writes worth running at once on this storage."""
+        return WIDTH if self.latency is Latency.REMOTE else LOCAL_WIDTH
 
     def __init__(self, url: ParsedURL | None, mode: str) -> None:
         self.url = url
@@ -47,7 +110,7 @@ class ZMap(ABC):
     # ----------------------------------------------------------------- public contract
     @property
     def readonly(self) -> bool:
-        return self.mode == "r"
+        return self.mode == "r" or not self.writable
 
     @property
     def closed(self) -> bool:
@@ -111,6 +174,8 @@ class ZMap(ABC):
     def search(self, prefix: str = ROOT) -> list[str]:
         """Bytewise-sorted names of the children of ``prefix``; ``[]`` for leaves and absent keys."""
         self._check_open()
+        if not self.listable:
+            raise StorageError(f"the {self.driver} driver cannot list keys ({self.location})")
         return self._search(normalize_prefix(prefix))
 
     def delete(self, key: str) -> None:
@@ -185,6 +250,8 @@ class ZMap(ABC):
 
     def _check_writable(self, key: str) -> None:
         self._check_open()
+        if not self.writable:
+            raise self._read_only(key)
         if self.readonly:
             raise ReadOnlyError(f"cannot modify {key!r}: {self.location} is open read-only")
 
@@ -199,16 +266,30 @@ class ZMap(ABC):
     def _read(self, key: str, start: int, count: int | None) -> bytes: ...
 
     @abstractmethod
-    def _write(self, key: str, data: memoryview) -> None: ...
-
-    @abstractmethod
     def _search(self, prefix: str) -> list[str]: ...
 
     @abstractmethod
-    def _delete(self, key: str) -> None: ...
-
-    @abstractmethod
-    def _truncate(self) -> None: ...
-
-    @abstractmethod
     def _close(self, delete: bool) -> None: ...
+
+    # Write primitives: a writable driver overrides all three; a read-only one never gets here.
+    def _write(self, key: str, data: memoryview) -> None:
+        raise self._read_only(key)
+
+    def _delete(self, key: str) -> None:
+        raise self._read_only(key)
+
+    def _truncate(self) -> None:
+        raise self._read_only(ROOT)
+
+    def _read_only(self, key: str) -> ReadOnlyError:
+        return ReadOnlyError(
+            f"cannot modify {key!r}: the {self.driver} driver is read-only ({self.location})"
+        )
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.writable and ABC not in cls.__bases__:
+            primitives = ("_write", "_delete", "_truncate")
+            missing = [name for name in primitives if getattr(cls, name) is getattr(ZMap, name)]
+            if missing:
+                raise TypeError(f"{cls.__name__} declares writable = True but lacks {', '.join(missing)}")

@@ -21,12 +21,12 @@ from nczmap.errors import (
     from_os_error,
 )
 from nczmap.url import ParsedURL
+from nczmap.zmap import byteranges
 from nczmap.zmap.base import STORE_MARKERS, ZMap
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, normalize_key, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
-_GUESS = 1 << 16
 
 
 class FileMap(ZMap):
@@ -102,7 +102,7 @@ class FileMap(ZMap):
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
-            return _read_range(fd, start, count)
+            return byteranges.read_range(fd, start, count)
         except OSError as exc:
             raise self._read_error(key, exc) from None
         finally:
@@ -114,13 +114,7 @@ class FileMap(ZMap):
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
-            done = 0
-            while done < len(buffer):
-                count = os.preadv(fd, [buffer[done:]], start + done)
-                if not count:
-                    break
-                done += count
-            return done
+            return byteranges.read_into(fd, buffer, start)
         except OSError as exc:
             raise self._read_error(key, exc) from None
         finally:
@@ -245,25 +239,6 @@ def _kernel_copy(reader: int, writer: int, size: int) -> None:
         if not copied:
             raise OSError(errno.EIO, "source object shrank while being copied")
         done += copied
-
-
-def _read_range(fd: int, start: int, count: int | None) -> bytes:
-    """``count`` bytes from ``start`` (to the end when None) with positional reads, no buffering layer."""
-    if count is None:
-        first = os.pread(fd, _GUESS, start)  # metadata objects fit: one call, no fstat
-        if len(first) < _GUESS:
-            return first
-        start += len(first)
-        rest = _read_range(fd, start, max(0, os.fstat(fd).st_size - start))
-        return first + rest
-    parts, wanted = [], count
-    while wanted:
-        part = os.pread(fd, wanted, start + count - wanted)
-        if not part:
-            break
-        parts.append(part)
-        wanted -= len(part)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _path_kind(path: str) -> str:

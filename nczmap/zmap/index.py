@@ -6,8 +6,9 @@ explicit directory (zip directory entries); deleting prunes ancestors left witho
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 
+from nczmap.errors import KeyConflictError
 from nczmap.zmap.keys import ROOT, ancestors, join, parent_and_name
 
 
@@ -48,8 +49,13 @@ class KeyIndex:
         parent, name = parent_and_name(key)
         return name in self._children.get(parent, ())
 
-    def has_children(self, key: str) -> bool:
-        return bool(self._children.get(key))
+    def check_leaf(self, key: str, objects: Container[str], location: str) -> None:
+        """Objects are leaves: refuse to write ``key`` if it has children or lies under one of ``objects``."""
+        if key not in objects and self.contains(key):
+            raise KeyConflictError(f"cannot write {key!r} in {location}: it is a directory")
+        for ancestor in ancestors(key):
+            if ancestor in objects:
+                raise KeyConflictError(f"cannot write {key!r} in {location}: {ancestor!r} is an object")
 
     def subtree(self, key: str) -> Iterator[str]:
         """``key`` (if present) and every node below it, parents before children, in sorted order."""

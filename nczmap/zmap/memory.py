@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from nczmap.errors import EmptyError, KeyConflictError
+from nczmap.errors import EmptyError
 from nczmap.zmap.base import ZMap
 from nczmap.zmap.index import KeyIndex
-from nczmap.zmap.keys import ancestors
 
 
 class MemoryMap(ZMap):
@@ -33,7 +32,7 @@ class MemoryMap(ZMap):
         return data[start:] if count is None else data[start : start + count]
 
     def _write(self, key: str, data: memoryview) -> None:
-        check_leaf(self._index, self._objects, key, self.location)
+        self._index.check_leaf(key, self._objects, self.location)
         self._objects[key] = bytes(data)
         self._index.add(key)
 
@@ -52,11 +51,3 @@ class MemoryMap(ZMap):
         if delete:
             self._truncate()
 
-
-def check_leaf(index: KeyIndex, objects, key: str, location: str) -> None:
-    """Objects are leaves: refuse a key that has children or lies under another object."""
-    if key not in objects and index.contains(key):
-        raise KeyConflictError(f"cannot write {key!r} in {location}: it is a directory")
-    for ancestor in ancestors(key):
-        if ancestor in objects:
-            raise KeyConflictError(f"cannot write {key!r} in {location}: {ancestor!r} is an object")

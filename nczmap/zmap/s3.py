@@ -9,45 +9,31 @@ objects). A writable open lists the dataset once, so objects-are-leaves is check
 
 from __future__ import annotations
 
-import configparser
-import os
-import re
 import threading
-from datetime import timedelta
 
-from nczmap.concurrency import WIDTH
-from nczmap.errors import (
-    AccessDenied,
-    DatasetExists,
-    DatasetNotFound,
-    DriverNotAvailable,
-    EmptyError,
-    KeyNameError,
-    StorageError,
-)
+from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, KeyNameError
 from nczmap.url import ParsedURL
-from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap import byteranges
+from nczmap.zmap.base import STORE_MARKERS, Latency, ZMap
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, sort_names
-from nczmap.zmap.memory import check_leaf
 
 MAX_KEY_BYTES = 1024
 MULTIPART_BYTES = 32 << 20  # larger objects go up in parts (still atomic: visible only when complete)
 PART_BYTES = 8 << 20
-ANONYMOUS_PROFILES = ("no", "none", "anonymous")
-CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry limit: no hang past ~20 s
-RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
 
 
 class S3Map(ZMap):
     driver = "s3"
-    io_width = WIDTH  # round trips: overlap their latency
+    latency = Latency.REMOTE
 
     def __init__(self, url: ParsedURL, mode: str) -> None:
         super().__init__(url, mode)
         self.bucket = url.bucket or ""
         self.root = url.path.strip("/")
-        self._store = _make_store(url)
+        self._store = byteranges.s3_store(
+            self.bucket, endpoint=url.endpoint, region=url.region, profile=url.profile
+        )
         self._sizes: dict[str, int] = {}  # key -> size, for objects known to exist
         self._lock = threading.Lock()
         self._index: KeyIndex | None = None  # every key, for writable maps
@@ -69,19 +55,8 @@ class S3Map(ZMap):
         return "/" + (path[len(self.root) + 1 :] if self.root else path)
 
     def _error(self, exc: Exception, action: str, key: str = "") -> Exception:
-        import obstore.exceptions as errors
-
         where = f"{action} {key!r} in {self.location}" if key else f"{action} {self.location}"
-        text = str(exc)
-        code = _s3_code(text)
-        if code == "NoSuchBucket":
-            return DatasetNotFound(f"cannot {where}: bucket {self.bucket!r} does not exist")
-        if isinstance(exc, FileNotFoundError):
-            return EmptyError(key, self.location)
-        denied = code in _DENIED_CODES or "403 Forbidden" in text
-        if denied or isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
-            return AccessDenied(f"cannot {where}: access denied ({code or _first_line(text)})")
-        return StorageError(f"cannot {where}: {_first_line(text)}" + (f" ({code})" if code else ""))
+        return byteranges.store_error(exc, where, self.bucket) or EmptyError(key, self.location)
 
     # ----------------------------------------------------------------- opening
     def _open_writable(self) -> None:
@@ -136,35 +111,30 @@ class S3Map(ZMap):
         path = self._object(key)
         if self._index is not None:
             raise EmptyError(key, self.location)
-        import obstore
-
         try:
-            size = obstore.head(self._store, path)["size"]
+            size = byteranges.head_size(self._store, path)
         except Exception as exc:
             raise self._error(exc, "size", key) from exc
         self._sizes[key] = size
         return size
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
-        import obstore
-
         path = self._object(key)
         if self._index is not None and key not in self._sizes:
             raise EmptyError(key, self.location)
         try:
             if count is None and not start:
-                result = obstore.get(self._store, path)
-                self._sizes[key] = result.meta["size"]
-                return bytes(result.bytes())
+                data, self._sizes[key] = byteranges.get_object(self._store, path)
+                return data
             if count == 0 or (key in self._sizes and start >= self._sizes[key]):
                 self._len(key)  # still "no content" for a missing key
                 return b""
             length = count if count is not None else self._len(key) - start
-            return bytes(obstore.get_range(self._store, path, start=start, length=length))
+            return byteranges.get_object_range(self._store, path, start, length)
         except EmptyError:
             raise
         except Exception as exc:
-            if _starts_past_end(str(exc)):
+            if byteranges.starts_past_end(exc):
                 self._len(key)
                 return b""
             raise self._error(exc, "read", key) from exc
@@ -175,7 +145,7 @@ class S3Map(ZMap):
         path = self._object(key)
         with self._lock:
             if self._index is not None:
-                check_leaf(self._index, self._sizes, key, self.location)
+                self._index.check_leaf(key, self._sizes, self.location)
         try:
             obstore.put(
                 self._store, path, data, use_multipart=len(data) > MULTIPART_BYTES, chunk_size=PART_BYTES
@@ -237,88 +207,3 @@ class S3Map(ZMap):
     def _close(self, delete: bool) -> None:
         if delete:
             self._truncate()
-
-
-_DENIED_CODES = (
-    "AccessDenied",
-    "InvalidAccessKeyId",
-    "SignatureDoesNotMatch",
-    "ExpiredToken",
-    "InvalidToken",
-)
-_CODE = re.compile(r"<Code>([^<]+)</Code>")
-
-
-def _starts_past_end(text: str) -> bool:
-    """True for S3's answer to a range that starts past the object's end (416 / InvalidRange)."""
-    return _s3_code(text) == "InvalidRange" or "416 Range Not Satisfiable" in text
-
-
-def _s3_code(text: str) -> str | None:
-    """The S3 error code (``NoSuchBucket``, ``SlowDown``...) in an error's response body, if shown."""
-    match = _CODE.search(text)
-    return match.group(1) if match else None
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "unknown error"
-
-
-def _make_store(url: ParsedURL):
-    try:
-        from obstore.store import S3Store
-    except ImportError as exc:
-        raise DriverNotAvailable(f"{url.original!r} needs obstore: pip install obstore") from exc
-    config: dict = {"region": _region(url)}
-    client = dict(CLIENT_OPTIONS)
-    if url.endpoint:
-        config["endpoint"] = url.endpoint
-        config["virtual_hosted_style_request"] = False
-        client["allow_http"] = url.endpoint.startswith("http://")
-    profile = url.profile or os.environ.get("AWS_PROFILE")
-    if profile and profile.lower() in ANONYMOUS_PROFILES:
-        config["skip_signature"] = True
-    elif not os.environ.get("AWS_ACCESS_KEY_ID"):
-        config.update(_profile_credentials(profile or "default"))
-    return S3Store(url.bucket, config=config, client_options=client, retry_config=RETRIES)
-
-
-def _region(url: ParsedURL) -> str:
-    profile = url.profile or os.environ.get("AWS_PROFILE") or "default"
-    return (
-        url.region
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-        or _profile_settings(profile).get("region")
-        or "us-east-1"
-    )
-
-
-def _profile_settings(profile: str) -> dict[str, str]:
-    """The named profile's settings from ``~/.aws/config`` and ``~/.aws/credentials`` (as netcdf-c reads)."""
-    home = os.path.expanduser("~")
-    files = (
-        (os.environ.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"), f"profile {profile}"),
-        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"), profile),
-    )
-    settings: dict[str, str] = {}
-    for path, section in files:
-        parser = configparser.ConfigParser()
-        try:
-            parser.read(path)
-        except (configparser.Error, OSError):
-            continue
-        for name in (section, profile):
-            if parser.has_section(name):
-                settings.update(parser[name])
-    return settings
-
-
-def _profile_credentials(profile: str) -> dict[str, str]:
-    settings = _profile_settings(profile)
-    names = {
-        "aws_access_key_id": "access_key_id",
-        "aws_secret_access_key": "secret_access_key",
-        "aws_session_token": "session_token",
-    }
-    return {ours: settings[theirs] for theirs, ours in names.items() if settings.get(theirs)}

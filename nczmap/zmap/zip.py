@@ -26,9 +26,9 @@ from typing import IO, NamedTuple
 from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, StorageError, from_os_error
 from nczmap.url import ParsedURL
 from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap.byteranges import read_exact
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_valid_key
-from nczmap.zmap.memory import check_leaf
 from nczmap.zmap.osutil import remove_if_present
 
 # Root objects that make a top-level folder look like a whole dataset (netcdf-c layout).
@@ -146,14 +146,14 @@ class ZipMap(ZMap):
     def _read_staged(self, member: Staged, start: int, count: int | None) -> bytes:
         available = max(0, member.size - start)
         length = available if count is None else min(count, available)
-        return _pread_exact(self._stage.fileno(), length, member.offset + start, "staging file")
+        return read_exact(self._stage.fileno(), length, member.offset + start, "staging file")
 
     def _read_stored(self, key: str, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
         available = max(0, info.file_size - start)
         length = available if count is None else min(count, available)
         if not length:
             return b""
-        data = _pread_exact(self._fd, length, self._data_offset(key, info) + start, self.path)
+        data = read_exact(self._fd, length, self._data_offset(key, info) + start, self.path)
         if length == info.file_size and zlib.crc32(data) != info.CRC:
             raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: CRC mismatch")
         return data
@@ -161,7 +161,7 @@ class ZipMap(ZMap):
     def _data_offset(self, key: str, info: zipfile.ZipInfo) -> int:
         offset = self._data_offsets.get(key)
         if offset is None:
-            header = _pread_exact(self._fd, _LOCAL_HEADER.size, info.header_offset, self.path)
+            header = read_exact(self._fd, _LOCAL_HEADER.size, info.header_offset, self.path)
             signature, name_length, extra_length = _LOCAL_HEADER.unpack(header)
             if signature != b"PK\x03\x04":
                 raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: bad local header")
@@ -182,7 +182,7 @@ class ZipMap(ZMap):
         # Writes may come from several threads (chunk copies): each reserves its own stretch of the
         # staging file, then they write at once; the object appears only when all its bytes are there.
         with self._lock:
-            check_leaf(self._index, self._members, key, self.location)
+            self._index.check_leaf(key, self._members, self.location)
             stage = self._staging_file()
             offset, self._staged_size = self._staged_size, self._staged_size + len(data)
         try:
@@ -190,7 +190,7 @@ class ZipMap(ZMap):
         except OSError as exc:
             raise from_os_error(exc, f"cannot stage {key!r} for {self.path!r}") from exc
         with self._lock:
-            check_leaf(self._index, self._members, key, self.location)
+            self._index.check_leaf(key, self._members, self.location)
             self._members[key] = Staged(offset, len(data))
             self._index.add(key)
             self._dirty = True
@@ -285,7 +285,7 @@ class ZipMap(ZMap):
         with out.open(info, "w", force_zip64=member.size >= zipfile.ZIP64_LIMIT) as target:
             for done in range(0, member.size, _COPY_BLOCK):
                 length = min(_COPY_BLOCK, member.size - done)
-                target.write(_pread_exact(self._stage.fileno(), length, member.offset + done, "staging file"))
+                target.write(read_exact(self._stage.fileno(), length, member.offset + done, "staging file"))
 
     def _copy_member(self, out: zipfile.ZipFile, name: str, source: zipfile.ZipInfo) -> None:
         info = zipfile.ZipInfo(name, date_time=source.date_time)
@@ -381,10 +381,3 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         if not written:
             raise OSError(errno.ENOSPC, "no space left for the staged write")
         done += written
-
-
-def _pread_exact(fd: int, length: int, offset: int, path: str) -> bytes:
-    data = os.pread(fd, length, offset) if length else b""
-    if len(data) != length:
-        raise StorageError(f"{path!r} is truncated: {len(data)} of {length} bytes at offset {offset}")
-    return data

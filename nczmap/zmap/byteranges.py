@@ -1,0 +1,241 @@
+"""Reading byte ranges of one object: a local file (positional reads) or an object in an obstore store.
+
+Every driver reads through here: the file driver (a file per key), the zip driver (members at offsets of
+the archive), the s3 driver (GETs and range GETs), and the manifest driver (ranges of other files and
+objects). Reads come as batches (:func:`read_file_ranges`, :func:`get_object_ranges`) so that neighbouring
+ranges can be merged into one read (:func:`merge_ranges`) and split back; single-range functions are the
+fast path for a batch of one. The S3 store and credential set-up lives here too, so anything that reads S3
+objects gets the same credentials, timeouts and error codes.
+
+Ranges are ``(start, length)``. A range reaching past the end of a file is cut short
+(:func:`read_range`), or is an error where the caller knows how much must be there (:func:`read_exact`).
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import NamedTuple
+
+from nczmap.errors import AccessDenied, DatasetNotFound, DriverNotAvailable, NCZError, StorageError
+
+FIRST_READ_BYTES = 1 << 16  # a whole-object read tries this much first: metadata fits, so no fstat
+
+
+# -------------------------------------------------------------------------------------------- merging
+class Span(NamedTuple):
+    """One read covering several requested ranges: ``[start, end)`` and the indices of those ranges."""
+
+    start: int
+    end: int
+    members: list[int]
+
+
+def merge_ranges(ranges: Sequence[tuple[int, int]], gap: int = 0, max_span: int = 64 << 20) -> list[Span]:
+    """Group ranges whose gaps are at most ``gap`` bytes into spans no longer than ``max_span``.
+
+    Overlapping and adjacent ranges always merge (gap 0); the result is in file order whatever the order
+    of ``ranges``.
+    """
+    order = sorted(range(len(ranges)), key=lambda i: ranges[i][0])
+    spans: list[Span] = []
+    for index in order:
+        start, length = ranges[index]
+        end = start + length
+        if spans and start - spans[-1].end <= gap and max(end, spans[-1].end) - spans[-1].start <= max_span:
+            last = spans[-1]
+            last.members.append(index)
+            spans[-1] = Span(last.start, max(last.end, end), last.members)
+        else:
+            spans.append(Span(start, end, [index]))
+    return spans
+
+
+# -------------------------------------------------------------------------------------------- local files
+def read_range(fd: int, start: int, count: int | None) -> bytes:
+    """``count`` bytes from ``start`` (to the end when None), cut short at the end of the file."""
+    if count is None:
+        first = os.pread(fd, FIRST_READ_BYTES, start)
+        if len(first) < FIRST_READ_BYTES:
+            return first
+        start += len(first)
+        return first + read_range(fd, start, max(0, os.fstat(fd).st_size - start))
+    parts, wanted = [], count
+    while wanted:
+        part = os.pread(fd, wanted, start + count - wanted)
+        if not part:
+            break
+        parts.append(part)
+        wanted -= len(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def read_into(fd: int, buffer: memoryview, start: int) -> int:
+    """Fill ``buffer`` from ``start``; returns the bytes read (fewer at the end of the file)."""
+    done = 0
+    while done < len(buffer):
+        count = os.preadv(fd, [buffer[done:]], start + done)
+        if not count:
+            break
+        done += count
+    return done
+
+
+def read_exact(fd: int, length: int, offset: int, what: str) -> bytes:
+    """Exactly ``length`` bytes at ``offset``; a file too short for them is a StorageError naming ``what``."""
+    data = os.pread(fd, length, offset) if length else b""
+    if len(data) != length:
+        raise StorageError(f"{what!r} is truncated: {len(data)} of {length} bytes at offset {offset}")
+    return data
+
+
+def read_file_ranges(fd: int, ranges: Sequence[tuple[int, int]], what: str, gap: int = 0) -> list[bytes]:
+    """Every range exactly (a short file is an error naming ``what``), neighbours read together."""
+    results: list[bytes] = [b""] * len(ranges)
+    for span in merge_ranges(ranges, gap):
+        block = read_exact(fd, span.end - span.start, span.start, what)
+        view = memoryview(block)
+        for index in span.members:
+            start, length = ranges[index]
+            results[index] = bytes(view[start - span.start : start - span.start + length])
+    return results
+
+
+# -------------------------------------------------------------------------------------------- object stores
+ANONYMOUS_PROFILES = ("no", "none", "anonymous")
+CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry limit: no hang past ~20 s
+RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
+DENIED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
+_CODE = re.compile(r"<Code>([^<]+)</Code>")
+
+
+def s3_store(bucket: str, *, endpoint: str | None, region: str | None, profile: str | None):
+    """An obstore ``S3Store`` for ``bucket`` with credentials as netcdf-c finds them.
+
+    Credentials: the ``AWS_*`` variables, else the profile's keys in ``~/.aws/credentials``/``config``;
+    profile ``no`` (or ``none``, ``anonymous``) sends unsigned requests. Region: the URL's, then
+    ``AWS_REGION``/``AWS_DEFAULT_REGION``, then the profile's, then ``us-east-1``.
+    """
+    try:
+        from obstore.store import S3Store
+    except ImportError as exc:
+        raise DriverNotAvailable(f"reading s3://{bucket} needs obstore: pip install obstore") from exc
+    profile = profile or os.environ.get("AWS_PROFILE")
+    config: dict = {"region": _region(region, profile or "default")}
+    client = dict(CLIENT_OPTIONS)
+    if endpoint:
+        config["endpoint"] = endpoint
+        config["virtual_hosted_style_request"] = False
+        client["allow_http"] = endpoint.startswith("http://")
+    if profile and profile.lower() in ANONYMOUS_PROFILES:
+        config["skip_signature"] = True
+    elif not os.environ.get("AWS_ACCESS_KEY_ID"):
+        config.update(_profile_credentials(profile or "default"))
+    return S3Store(bucket, config=config, client_options=client, retry_config=RETRIES)
+
+
+def _region(region: str | None, profile: str) -> str:
+    return (
+        region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or _profile_settings(profile).get("region")
+        or "us-east-1"
+    )
+
+
+def _profile_settings(profile: str) -> dict[str, str]:
+    """The named profile's settings from ``~/.aws/config`` and ``~/.aws/credentials`` (as netcdf-c reads)."""
+    home = os.path.expanduser("~")
+    files = (
+        (os.environ.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"), f"profile {profile}"),
+        (os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"), profile),
+    )
+    settings: dict[str, str] = {}
+    for path, section in files:
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError):
+            continue
+        for name in (section, profile):
+            if parser.has_section(name):
+                settings.update(parser[name])
+    return settings
+
+
+def _profile_credentials(profile: str) -> dict[str, str]:
+    settings = _profile_settings(profile)
+    names = {
+        "aws_access_key_id": "access_key_id",
+        "aws_secret_access_key": "secret_access_key",
+        "aws_session_token": "session_token",
+    }
+    return {ours: settings[theirs] for theirs, ours in names.items() if settings.get(theirs)}
+
+
+def get_object(store, path: str) -> tuple[bytes, int]:
+    """The whole object and its size (one GET). obstore errors pass through: see :func:`store_error`."""
+    import obstore
+
+    result = obstore.get(store, path)
+    return bytes(result.bytes()), result.meta["size"]
+
+
+def get_object_range(store, path: str, start: int, length: int) -> bytes:
+    import obstore
+
+    return bytes(obstore.get_range(store, path, start=start, length=length))
+
+
+def get_object_ranges(store, path: str, ranges: Sequence[tuple[int, int]], gap: int = 1 << 20) -> list[bytes]:
+    """Every range of one object; ranges within ``gap`` bytes go out as one request (obstore coalesces)."""
+    import obstore
+
+    if not ranges:
+        return []
+    parts = obstore.get_ranges(
+        store, path, starts=[r[0] for r in ranges], lengths=[r[1] for r in ranges], coalesce=gap
+    )
+    return [bytes(part) for part in parts]
+
+
+def head_size(store, path: str) -> int:
+    import obstore
+
+    return obstore.head(store, path)["size"]
+
+
+def s3_error_code(text: str) -> str | None:
+    """The S3 error code (``NoSuchBucket``, ``SlowDown``...) in an error's response body, if shown."""
+    match = _CODE.search(text)
+    return match.group(1) if match else None
+
+
+def starts_past_end(exc: Exception) -> bool:
+    """True for a store's answer to a range that starts past the object's end (416 / InvalidRange)."""
+    text = str(exc)
+    return s3_error_code(text) == "InvalidRange" or "416 Range Not Satisfiable" in text
+
+
+def store_error(exc: Exception, where: str, bucket: str | None = None) -> NCZError | None:
+    """The nczmap error for an obstore failure while doing ``where``; None when the object is missing."""
+    import obstore.exceptions as errors
+
+    text = str(exc)
+    code = s3_error_code(text)
+    if code == "NoSuchBucket":
+        return DatasetNotFound(f"cannot {where}: bucket {bucket!r} does not exist")
+    if isinstance(exc, FileNotFoundError):
+        return None
+    denied = code in DENIED_CODES or "403 Forbidden" in text
+    if denied or isinstance(exc, (errors.PermissionDeniedError, errors.UnauthenticatedError)):
+        return AccessDenied(f"cannot {where}: access denied ({code or _first_line(text)})")
+    return StorageError(f"cannot {where}: {_first_line(text)}" + (f" ({code})" if code else ""))
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
