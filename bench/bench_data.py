@@ -201,7 +201,7 @@ def main() -> None:
         copy_path, cp_path = base / "copy.file", base / "cp.file"
 
         def copy_once() -> None:
-            nczmap.copy.copy(url, str(copy_path))
+            nczmap.integrations.copy.copy(url, str(copy_path))
 
         def cp_once() -> None:
             subprocess.run(["cp", "-r", str(base / "store.file"), str(cp_path)], check=True)
@@ -272,6 +272,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    import nczmap.copy
+    import nczmap.integrations.copy
 
     main()

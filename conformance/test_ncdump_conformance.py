@@ -35,8 +35,8 @@ import numpy as np
 import pytest
 from _fixtures import FIXTURES
 
+from nczmap.api import open_dataset
 from nczmap.cdl import NoSuchVariable, dump_cdl
-from nczmap.format import open_dataset
 
 NCGEN = shutil.which("ncgen")
 NCDUMP = shutil.which("ncdump")

@@ -1,5 +1,6 @@
 """nczmap: netcdf-c's NCZarr storage model (the zmap) in Python."""
 
+from nczmap._version import __version__
 from nczmap.errors import (
     AccessDenied,
     DatasetExists,
@@ -16,13 +17,12 @@ from nczmap.errors import (
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import ZMap, open_map
 
-__version__ = "0.1.0"
-
 __all__ = [
     "AccessDenied",
     "Dataset",
     "DatasetExists",
     "DatasetNotFound",
+    "Dialect",
     "EmptyError",
     "FormatError",
     "KeyNameError",
@@ -33,19 +33,26 @@ __all__ = [
     "StorageError",
     "URLError",
     "ZMap",
+    "__version__",
     "create_dataset",
     "open_dataset",
     "open_map",
     "parse_url",
 ]
 
-_FORMAT_NAMES = ("Dataset", "create_dataset", "open_dataset")
+# Loaded on first use, so that `nczmap search` and other zmap-only work start quickly.
+_LAZY = {
+    "Dataset": "nczmap.format",
+    "Dialect": "nczmap.format",
+    "create_dataset": "nczmap.api",
+    "open_dataset": "nczmap.api",
+}
 
 
 def __getattr__(name: str):
-    # The format layer needs numpy; importing it lazily keeps `nczmap search` and friends quick to start.
-    if name in _FORMAT_NAMES:
-        import nczmap.format
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nczmap' has no attribute {name!r}")
+    import importlib
 
-        return getattr(nczmap.format, name)
-    raise AttributeError(f"module 'nczmap' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -496,8 +496,7 @@ def dump_cdl(
 
 
 def _dataset_name(dataset) -> str:
-    url = getattr(dataset, "url", None)
-    return url.dataset_name if url is not None else "dataset"
+    return getattr(dataset, "display_name", "dataset")
 
 
 def _select(group, wanted: str) -> list[str]:
@@ -673,7 +672,8 @@ def global_special_attributes(dataset) -> list[tuple[str, bytes]]:
     provenance = getattr(dataset, "provenance", None)
     if provenance:
         items.append(("_NCProperties", b' = "' + encode_text(provenance) + b'" ;\n'))
-    superblock = {"D0": 1, "D1": 2, "D2": 2, "D3": 2}.get(getattr(dataset, "dialect", "PZ"), 0)
+    dialect = getattr(dataset, "dialect", None)
+    superblock = dialect.superblock_version if dialect is not None else 0
     items.append(("_SuperblockVersion", b" = %d ;\n" % superblock))
     items.append(("_IsNetcdf4", b" = 1 ;\n"))
     items.append(("_Format", b' = "netCDF-4" ;\n'))

@@ -18,8 +18,8 @@ def _search(args: argparse.Namespace) -> None:
 
 
 def _dump(args: argparse.Namespace) -> None:
-    from nczmap.dump import dump_records
     from nczmap.zmap import open_map
+    from nczmap.zmap.objdump import dump_records
 
     with open_map(args.url, "r") as zmap:
         elide = args.header or args.type is None
@@ -28,14 +28,14 @@ def _dump(args: argparse.Namespace) -> None:
 
 
 def _copy(args: argparse.Namespace) -> None:
-    from nczmap.copy import copy, terminal_progress
+    from nczmap.integrations.copy import copy, terminal_progress
 
     copy(args.source, args.destination, args.netcdf_version, terminal_progress())
 
 
 def _ncdump(args: argparse.Namespace) -> None:
+    from nczmap.api import open_dataset
     from nczmap.cdl import dump_cdl
-    from nczmap.format import open_dataset
 
     variables = [name for name in args.variables.split(",") if name] if args.variables else None
     with open_dataset(args.url, "r") as dataset:

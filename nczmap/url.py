@@ -46,6 +46,7 @@ def known_mode_words() -> tuple[str, ...]:
     """Every ``#mode=`` word nczmap understands: formats, the registered drivers, and the rest."""
     return (*FORMAT_WORDS, *DRIVERS, *OTHER_MODE_WORDS)
 
+
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")

@@ -27,6 +27,7 @@ from nczmap.cdl import (
     tztrim,
 )
 from nczmap.format.codecs import CodecChain
+from nczmap.format.dialects import Dialect
 from nczmap.format.model import Attribute, Dimension, Group
 from nczmap.format.types import BY_NAME, ParsedDtype
 
@@ -256,7 +257,7 @@ class FakeVariable:
 
 def make_root() -> Group:
     root = Group("/", None)
-    root.url, root.dialect, root.provenance = None, "D3", "version=2,netcdf=4.10.1,nczarr=2.0.0"
+    root.dialect, root.provenance = Dialect.NCZARR_ATTRIBUTES, "version=2,netcdf=4.10.1,nczarr=2.0.0"
     return root
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import nczmap
-from nczmap.copy import copy
+from nczmap.integrations.copy import copy
 
 
 @pytest.fixture
@@ -108,11 +108,16 @@ def test_pure_zarr_destination(source_nc, tmp_path):
         assert ds.variables["v"][:2, :].tolist() == [[0, 1, 2], [3, 4, 5]]
         assert ds.variables["v"].dimensions == ("x", "y")
     with nczmap.open_dataset(url) as ds:
-        assert ds.dialect == "PZ"
+        assert ds.dialect is nczmap.Dialect.PURE_ZARR
 
 
 def test_netcdf_version_selects_the_dialect(tmp_path):
-    for version, dialect in (("4.9.0", "D1"), ("4.9.2", "D2"), ("4.8.0", "D0"), (None, "D3")):
+    for version, dialect in (
+        ("4.9.0", "nczarr-4.8.1"),
+        ("4.9.2", "nczarr-4.9.1"),
+        ("4.8.0", "nczarr-4.8.0"),
+        (None, "nczarr-4.9.3"),
+    ):
         destination = tmp_path / f"v{version}.file"
         with nczmap.open_dataset(str(tmp_path / "plain.file"), "w") as plain:
             plain.create_dimension("x", 2)

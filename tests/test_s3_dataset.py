@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import nczmap
-from nczmap.copy import copy
+from nczmap.integrations.copy import copy
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -42,7 +42,7 @@ def test_dataset_round_trip(s3_server):
         ds.create_dimension("x", 5)
         ds.create_variable("v", ("x",), "f4", data=np.arange(5, dtype="f4"), chunks=(2,))
     with nczmap.open_dataset(url) as ds:
-        assert ds.dialect == "D3"
+        assert ds.dialect is nczmap.Dialect.NCZARR_ATTRIBUTES
         assert ds.variables["v"][1:4].tolist() == [1.0, 2.0, 3.0]
     with nczmap.open_dataset(url, "a") as ds:
         ds.variables["v"].attrs["units"] = "m"

@@ -17,8 +17,8 @@ from s3proxy import S3Proxy
 from s3server import BUCKET, start_server
 
 import nczmap
-from nczmap.zmap import byteranges
 from nczmap import AccessDenied, DatasetNotFound, KeyNameError, NCZError, StorageError
+from nczmap.zmap import byteranges
 
 BOUND = 20.0  # seconds any failing operation may take (the driver: 2 retries within 10 s)
 MISSING_BUCKET = "nosuchbucket-nczmap"

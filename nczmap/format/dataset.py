@@ -1,41 +1,54 @@
-"""The Dataset: the root group bound to its storage."""
+"""The Dataset: the root group bound to its storage, and the options it was opened with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from nczmap.format.dialects import Dialect
 from nczmap.format.model import Group
-from nczmap.url import ParsedURL
 from nczmap.zmap import ZMap
+
+
+@dataclass(frozen=True)
+class FormatOptions:
+    """How to read and write a dataset: the format half of a URL's ``#mode=`` words, or given directly."""
+
+    pure_zarr: bool = False  # mode=zarr/xarray: NCZarr metadata is neither trusted nor written
+    xarray: bool = True  # the _ARRAY_DIMENSIONS convention (mode=noxarray turns it off)
+    consolidated: bool = False  # /.zmetadata must be there, and is kept up to date
+    netcdf_version: str | None = None  # the netcdf-c release that must read a new dataset
+    name: str = "dataset"  # the dataset name ncdump prints
 
 
 class Dataset(Group):
     """An NCZarr / Zarr dataset: the root group plus the map it lives in.
 
-    ``dialect`` is what the store holds: ``D0`` (netcdf-c 4.8.0), ``D1`` (4.8.1-4.9.0), ``D2`` (4.9.1-4.9.2),
-    ``D3`` (4.9.3+) or ``PZ`` (pure Zarr). ``problems`` lists arrays that could not be read, with why.
+    ``dialect`` is what the store holds (a :class:`Dialect`: its value names the first netcdf-c release
+    writing it, ``.releases`` all of them). ``problems`` lists arrays that could not be read, with why.
     """
 
-    def __init__(self, zmap: ZMap, url: ParsedURL | None, dialect: str) -> None:
+    def __init__(self, zmap: ZMap, dialect: Dialect, options: FormatOptions | None = None) -> None:
         super().__init__("/", None)
         self.zmap = zmap
-        self.url = url
         self.dialect = dialect
+        self.options = options or FormatOptions()
         self.problems: list[tuple[str, str]] = []
         self.provenance: str | None = None  # the _NCProperties text, shown by ncdump -s
         self.consolidated = False
-        self.writer = None  # a DatasetWriter when the dataset is writable
+        self.writer = None  # a DatasetWriter when the dataset is writable (see Group.editor)
 
     @property
     def writable(self) -> bool:
         return self.writer is not None
 
+    @property
+    def display_name(self) -> str:
+        return self.options.name
+
     def flush(self) -> None:
         """Write every changed metadata object (data is written as it is assigned)."""
         if self.writer is not None:
             self.writer.flush()
-
-    @property
-    def name_for_cdl(self) -> str:
-        return self.url.dataset_name if self.url is not None else "dataset"
 
     def close(self) -> None:
         if self.zmap.closed:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 
 from nczmap._lazy import numpy as np
-from nczmap.errors import FormatError
+from nczmap.errors import FormatError, ReadOnlyError
 from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, type_of_numpy
 
 
@@ -194,16 +194,22 @@ class Group:
         return group.dimensions.get(name)
 
     # ----------------------------------------------------------------- building (writable datasets)
-    def create_group(self, name: str) -> Group:
-        from nczmap.format.writer import create_group
+    def editor(self):
+        """The writer of this group's dataset (``nczmap.format.writer.DatasetWriter``, attached by
+        ``open_on``); ReadOnlyError when the dataset was opened read-only."""
+        root = self.root
+        writer = getattr(root, "writer", None)
+        if writer is None:
+            where = getattr(getattr(root, "zmap", None), "location", root.name)
+            raise ReadOnlyError(f"cannot modify group {self.path!r}: {where} is open read-only")
+        return writer
 
-        return create_group(self, name)
+    def create_group(self, name: str) -> Group:
+        return self.editor().create_group(self, name)
 
     def create_dimension(self, name: str, size: int | None = None) -> Dimension:
         """A new dimension; ``size=None`` makes it unlimited."""
-        from nczmap.format.writer import create_dimension
-
-        return create_dimension(self, name, size)
+        return self.editor().create_dimension(self, name, size)
 
     def create_variable(self, name: str, dimensions=(), dtype: object = "f8", *, data=None, **options):
         """A new variable over named dimensions (searched in this group, then its ancestors).
@@ -211,9 +217,7 @@ class Group:
         Options: ``fill_value`` (None: no fill), ``chunks``, ``compression`` (zlib, zstd, blosc),
         ``compression_opts``, ``shuffle``, ``endian`` (little, big, native), ``maxstrlen`` (string width).
         """
-        from nczmap.format.writer import create_variable
-
-        variable = create_variable(self, name, dimensions, dtype, **options)
+        variable = self.editor().create_variable(self, name, dimensions, dtype, **options)
         if data is not None:
             variable[...] = data
         return variable

@@ -16,7 +16,8 @@ import warnings
 from nczmap.concurrency import run_bounded
 from nczmap.errors import EmptyError, FormatError
 from nczmap.format.codecs import CodecChain
-from nczmap.format.dataset import Dataset
+from nczmap.format.dataset import Dataset, FormatOptions
+from nczmap.format.dialects import Dialect
 from nczmap.format.jsonutil import loads, netcdf_text
 from nczmap.format.model import Attribute, Attributes, Dimension, Group
 from nczmap.format.types import (
@@ -31,7 +32,6 @@ from nczmap.format.types import (
     to_float32,
 )
 from nczmap.format.variable import ArrayLayout, PendingFill, Variable
-from nczmap.url import ParsedURL
 from nczmap.zmap import Latency, ZMap
 
 _HIDDEN = frozenset(
@@ -128,33 +128,33 @@ def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
     return metadata
 
 
-def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> str:
+def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> Dialect:
     if isinstance(zattrs.get("_nczarr_superblock"), dict):
-        return "D3"
+        return Dialect.NCZARR_ATTRIBUTES
     if isinstance(zgroup.get("_nczarr_superblock"), dict):
-        return "D2"
+        return Dialect.NCZARR_LOWER_KEYS
     if isinstance(zgroup.get("_NCZARR_SUPERBLOCK"), dict):
-        return "D1"
+        return Dialect.NCZARR_UPPER_KEYS
     if source.consolidated is None and source.zmap.exists("/.nczarr"):  # 4.8.0 never consolidated
-        return "D0"
-    return "PZ"
+        return Dialect.NCZARR_OBJECTS
+    return Dialect.PURE_ZARR
 
 
-def read_dataset(zmap: ZMap, url: ParsedURL | None) -> Dataset:
+def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     """Build the netCDF model of the dataset stored in ``zmap``."""
-    consolidated = read_consolidated(zmap, required=bool(url and url.consolidated))
+    options = options or FormatOptions()
+    consolidated = read_consolidated(zmap, required=options.consolidated)
     source = MetadataSource(zmap, consolidated)
     zattrs = source.get("/.zattrs") or {}
-    d3 = isinstance(zattrs.get("_nczarr_superblock"), dict) and not (url and url.zarr)
+    d3 = isinstance(zattrs.get("_nczarr_superblock"), dict) and not options.pure_zarr
     zgroup = {} if d3 else source.get("/.zgroup") or {}  # D3 keeps all it needs in .zattrs: one GET less
     dialect = detect_dialect(source, zgroup, zattrs)
-    dataset = Dataset(zmap, url, dialect)
+    dataset = Dataset(zmap, dialect, options)
     dataset.consolidated = consolidated is not None
     provenance = zattrs.get("_NCProperties")
     dataset.provenance = provenance if isinstance(provenance, str) else None
-    pure = dialect == "PZ" or bool(url and url.zarr)
-    xarray = url.xarray if url is not None else True
-    reader = _Reader(dataset, source, pure, xarray)
+    pure = dialect is Dialect.PURE_ZARR or options.pure_zarr
+    reader = _Reader(dataset, source, pure, options.xarray)
     collecting = gc.isenabled()
     gc.disable()  # thousands of small linked objects: the cyclic collector only slows the build down
     try:
@@ -172,7 +172,7 @@ class _Reader:
         self.pure = pure
         self.xarray = xarray
         self.dimensions_by_path: dict[str, Dimension] = {}
-        self._d3 = dataset.dialect == "D3" and not pure
+        self._d3 = dataset.dialect is Dialect.NCZARR_ATTRIBUTES and not pure
 
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
@@ -204,7 +204,7 @@ class _Reader:
         for holder, name in ((zattrs, "_nczarr_group"), (zgroup, "_nczarr_group"), (zgroup, "_NCZARR_GROUP")):
             if isinstance(holder.get(name), dict):
                 return holder[name]
-        if self.dataset.dialect == "D0":
+        if self.dataset.dialect is Dialect.NCZARR_OBJECTS:
             return self.source.get(_join(key, ".nczgroup"))
         return None
 
@@ -226,7 +226,7 @@ class _Reader:
             holder = zattrs.get(name)
             if isinstance(holder, dict) and isinstance(holder.get("types"), dict):
                 return holder["types"]
-        if self.dataset.dialect == "D0":
+        if self.dataset.dialect is Dialect.NCZARR_OBJECTS:
             for name in (".nczattr", ".nczattrs"):
                 found = self.source.get(_join(key, name))
                 if found and isinstance(found.get("types"), dict):
@@ -265,7 +265,7 @@ class _Reader:
         for holder, name in ((zattrs, "_nczarr_array"), (zarray, "_nczarr_array"), (zarray, "_NCZARR_ARRAY")):
             if isinstance(holder.get(name), dict):
                 return holder[name]
-        if self.dataset.dialect == "D0":
+        if self.dataset.dialect is Dialect.NCZARR_OBJECTS:
             return self.source.get(key + "/.nczarray") or self.source.get(key + "/.nczvar")
         return None
 

@@ -131,10 +131,11 @@ def _parse_dtype(text: str, pure_zarr: bool) -> ParsedDtype | str:
     return ParsedDtype(nctype, ("=" if order == "|" else order) + body, order in "<>" and int(size) > 1)
 
 
-def dtype_string(nctype: NCType, byteorder: str = "<", maxstrlen: int = 128, dialect: str = "D3") -> str:
-    """The dtype netcdf-c writes for a variable or attribute of this type (§4.1)."""
+def dtype_string(nctype: NCType, byteorder: str = "<", maxstrlen: int = 128, char: str = ">S1") -> str:
+    """The dtype netcdf-c writes for a variable or attribute of this type (§4.1); ``char`` is the
+    dialect's spelling of NC_CHAR (``Dialect.char_dtype``)."""
     if nctype is CHAR:
-        return "<U1" if dialect in ("D0", "D1") else ">S1"
+        return char
     if nctype is STRING:
         return f"|S{maxstrlen}"
     return byteorder + nctype.letter

@@ -13,14 +13,15 @@ import re
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
-
+from nczmap._lazy import numpy as np
 from nczmap.errors import EmptyError, FormatError
-from nczmap.format import encode
+from nczmap.format import metadata as objects_of
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
+from nczmap.format.dialects import Dialect
 from nczmap.format.jsonutil import loads
 from nczmap.format.model import Dimension, Group
+from nczmap.format.selection import as_index, chunk_plan, normalize_selection, selector_length
 from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout, Variable
 
@@ -30,7 +31,12 @@ _BAD_NAME = re.compile(r"[/\x00-\x1f\x7f]")
 
 
 class DatasetWriter:
-    def __init__(self, dataset: Dataset, dialect: str, xarray: bool, consolidated: bool) -> None:
+    """Makes a dataset writable: builds new nodes, writes data, and flushes changed metadata objects.
+
+    The model reaches it through ``Group.editor()``; :func:`nczmap.format.open_on` attaches it.
+    """
+
+    def __init__(self, dataset: Dataset, dialect: Dialect, xarray: bool, consolidated: bool) -> None:
         self.dataset = dataset
         self.dialect = dialect
         self.xarray = xarray
@@ -65,23 +71,36 @@ class DatasetWriter:
         zmap = self.dataset.zmap
         for node in list(self.dirty.values()):
             objects = (
-                encode.group_objects(node, self.dialect)
+                objects_of.group_objects(node, self.dialect)
                 if isinstance(node, Group)
-                else encode.array_objects(node, self.dialect, self.xarray)
+                else objects_of.array_objects(node, self.dialect, self.xarray)
             )
             for key, value in objects.items():
                 if not _stored_equal(zmap, key, value):
-                    zmap.write(key, encode.dumps(value))
+                    zmap.write(key, objects_of.dumps(value))
         self.dirty.clear()
         if self.consolidated:
-            zmap.write("/.zmetadata", encode.dumps(self.consolidated_document()))
+            zmap.write("/.zmetadata", objects_of.dumps(self.consolidated_document()))
+
+    # ----------------------------------------------------------------- building (called by the model)
+    def create_group(self, parent: Group, name: str) -> Group:
+        return create_group(self, parent, name)
+
+    def create_dimension(self, group: Group, name: str, size: int | None) -> Dimension:
+        return create_dimension(self, group, name, size)
+
+    def create_variable(self, group: Group, name: str, dimensions, dtype: object, **options) -> Variable:
+        return create_variable(self, group, name, dimensions, dtype, **options)
+
+    def write_selection(self, variable: Variable, selection: object, values: object) -> None:
+        write_selection(self, variable, selection, values)
 
     def consolidated_document(self) -> dict:
         metadata: dict = {}
         for group in self.dataset.walk():
-            metadata.update(_zarr_objects(encode.group_objects(group, self.dialect)))
+            metadata.update(_zarr_objects(objects_of.group_objects(group, self.dialect)))
             for variable in group.variables.values():
-                metadata.update(_zarr_objects(encode.array_objects(variable, self.dialect, self.xarray)))
+                metadata.update(_zarr_objects(objects_of.array_objects(variable, self.dialect, self.xarray)))
         return {"metadata": metadata, "zarr_consolidated_format": 1}
 
 
@@ -91,7 +110,7 @@ def _stored_equal(zmap, key: str, value: object) -> bool:
         stored = loads(zmap.read(key), key)
     except (EmptyError, FormatError):
         return False
-    return _normalized(stored) == _normalized(json.loads(encode.dumps(value)))
+    return _normalized(stored) == _normalized(json.loads(objects_of.dumps(value)))
 
 
 def _normalized(value: object) -> object:
@@ -123,15 +142,7 @@ def check_name(name: object, what: str, group: Group) -> str:
     return name
 
 
-def writer_of(group: Group) -> DatasetWriter:
-    writer = getattr(group.root, "writer", None)
-    if writer is None:
-        raise FormatError(f"{group.root.zmap.location} is open read-only")
-    return writer
-
-
-def create_group(parent: Group, name: str) -> Group:
-    writer = writer_of(parent)
+def create_group(writer: DatasetWriter, parent: Group, name: str) -> Group:
     check_name(name, "group", parent)
     child = Group(name, parent)
     parent.groups[name] = child
@@ -141,13 +152,12 @@ def create_group(parent: Group, name: str) -> Group:
     return child
 
 
-def create_dimension(group: Group, name: str, size: int | None) -> Dimension:
-    writer = writer_of(group)
+def create_dimension(writer: DatasetWriter, group: Group, name: str, size: int | None) -> Dimension:
     if not isinstance(name, str) or not name or _BAD_NAME.search(name) or name in group.dimensions:
         raise FormatError(f"cannot create dimension {name!r} in group {group.path!r}: bad or existing name")
     if size is not None and (not isinstance(size, (int, np.integer)) or size < 0):
         raise FormatError(f"dimension {name!r}: size must be a non-negative integer or None (unlimited)")
-    if size is None and writer.dialect in ("D0", "D1", "D2"):
+    if size is None and not writer.dialect.reads_unlimited:
         raise FormatError(f"dimension {name!r}: netcdf-c before 4.9.3 cannot read unlimited dimensions")
     dimension = Dimension(name, int(size or 0), size is None, group)
     group.dimensions[name] = dimension
@@ -169,6 +179,7 @@ def resolve_dimension(group: Group, name: str | Dimension) -> Dimension:
 
 
 def create_variable(
+    writer: DatasetWriter,
     group: Group,
     name: str,
     dimensions: Sequence[str | Dimension] = (),
@@ -185,16 +196,15 @@ def create_variable(
     compressor: dict | None = None,
     separator: str = ".",
 ) -> Variable:
-    writer = writer_of(group)
     check_name(name, "variable", group)
     if isinstance(dimensions, str):
         dimensions = (dimensions,)
     dims = [resolve_dimension(group, d) for d in dimensions]
     nctype = dtype if isinstance(dtype, NCType) else _nctype_of(dtype)
-    if nctype is STRING and writer.dialect in ("D0", "D1"):
+    if nctype is STRING and not writer.dialect.reads_strings:
         raise FormatError(f"variable {name!r}: netcdf-c before 4.9.1 cannot read string variables")
     storage = _storage_dtype(nctype, endian, maxstrlen, group, name)
-    if writer.dialect in ("D0", "D1") and storage.byteorder == ">":
+    if not writer.dialect.big_endian_safe and storage.byteorder == ">":
         storage = storage.newbyteorder("<")  # netcdf-c 4.9.0 reads and writes big-endian data wrongly
     shape = tuple(d.size for d in dims)
     unlimited = tuple(d.unlimited for d in dims)
@@ -216,7 +226,7 @@ def create_variable(
     )
     fill = _fill(nctype, fill_value)
     layout = ArrayLayout(shape, tuple(chunks), parsed, fill, codecs, separator, "C", scalar=not dims)
-    if not dims and writer.dialect == "D1":
+    if not dims and writer.dialect is Dialect.NCZARR_UPPER_KEYS:
         warnings.warn(f"netcdf-c 4.9.0 crashes on scalar variables such as {name!r}", stacklevel=3)
     variable = Variable(group, name, dims, layout)
     if fill_value is not DEFAULT and fill_value is not None:
@@ -301,3 +311,104 @@ def default_chunks(shape: tuple[int, ...], unlimited: tuple[bool, ...], itemsize
         largest = max(range(len(chunks)), key=chunks.__getitem__)
         chunks[largest] = (chunks[largest] + 1) // 2
     return tuple(chunks)
+
+
+def write_selection(writer: DatasetWriter, variable: Variable, selection: object, values: object) -> None:
+    """Store ``values`` at ``selection``; chunks only partly covered are read, modified and rewritten."""
+    _grow_unlimited(variable, selection, values, writer)
+    layout = variable.layout
+    indices, squeeze = normalize_selection(selection, variable.shape, variable.key)
+    if layout.scalar:
+        indices, squeeze = [range(1)], [True]
+    kept = tuple(len(ix) for ix, sq in zip(indices, squeeze, strict=True) if not sq)
+    data = _user_values(variable, values, kept).reshape(tuple(len(ix) for ix in indices))
+    chunk_shape = layout.chunks or (1,)
+    for chunk_index, (out_ix, in_ix) in chunk_plan(indices, layout.chunks):
+        index = () if layout.scalar else chunk_index
+        whole = all(selector_length(ix) == size for ix, size in zip(in_ix, chunk_shape, strict=True))
+        existing = None if whole else variable.read_chunk(index)
+        chunk = variable.filled(chunk_shape) if existing is None else existing.copy()
+        chunk[as_index(in_ix)] = data[as_index(out_ix)]
+        key = variable.chunk_key(index)
+        variable.group.root.zmap.write(key, layout.codecs.encode(_storage_bytes(variable, chunk), key))
+
+
+def _grow_unlimited(variable: Variable, selection: object, values: object, writer: DatasetWriter) -> None:
+    """Lengthen unlimited dimensions that the selection (or an open-ended slice's values) reaches past."""
+    items = list(selection) if isinstance(selection, tuple) else [selection]
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (len(variable.dims) - len(items) + 1)
+    if len(items) != len(variable.dims):
+        return
+    value_shape = np.shape(values)
+    axes = [i for i, item in enumerate(items) if not isinstance(item, (int, np.integer))]
+    for position, (item, dim) in enumerate(zip(items, variable.dims, strict=True)):
+        if dim.unlimited:
+            needed = _needed_length(item, position, axes, value_shape)
+            if needed is not None and needed > dim.size:
+                dim.size = needed
+                writer.touch_dimension_users(dim)
+
+
+def _needed_length(item: object, position: int, axes: list[int], value_shape: tuple[int, ...]) -> int | None:
+    if isinstance(item, (int, np.integer)):
+        return int(item) + 1 if item >= 0 else None
+    if not isinstance(item, slice) or item.step not in (None, 1):
+        return None
+    if item.stop is not None:
+        return int(item.stop) if item.stop >= 0 else None
+    if len(value_shape) == len(axes):  # an open-ended slice takes its length from the values
+        return (item.start or 0) + value_shape[axes.index(position)]
+    return None
+
+
+def _user_values(variable: Variable, values: object, shape: tuple[int, ...]) -> np.ndarray:
+    nctype = variable.nctype
+    try:
+        if nctype is CHAR:
+            array = _char_array(values, shape)
+        elif nctype is STRING:
+            array = np.asarray(values, dtype=object)
+        else:
+            array = np.asarray(values)
+            if array.dtype.kind in "iub" and nctype.is_integer:
+                info = np.iinfo(nctype.numpy)
+                if array.size and (array.min() < info.min or array.max() > info.max):
+                    raise FormatError(f"values out of range for {nctype.name} variable {variable.key!r}")
+            array = array.astype(nctype.numpy)
+        return np.broadcast_to(array, shape)
+    except (ValueError, TypeError) as exc:
+        raise FormatError(
+            f"cannot write {type(values).__name__} into {variable.key!r} of shape {shape}: {exc}"
+        ) from exc
+
+
+def _char_array(values: object, shape: tuple[int, ...]) -> np.ndarray:
+    if isinstance(values, (str, bytes)) or (
+        isinstance(values, list) and values and isinstance(values[0], str)
+    ):
+        rows = [values] if isinstance(values, (str, bytes)) else values
+        width = shape[-1] if shape else 1
+        encoded = [(r.encode() if isinstance(r, str) else r)[:width].ljust(width, b"\x00") for r in rows]
+        return (
+            np.frombuffer(b"".join(encoded), dtype="S1")
+            .reshape(-1, width)
+            .reshape(shape if math.prod(shape) == len(encoded) * width else (-1, width))
+        )
+    return np.asarray(values, dtype="S1")
+
+
+def _storage_bytes(variable: Variable, chunk: np.ndarray) -> bytes:
+    storage = variable.layout.dtype.storage
+    order = variable.layout.order
+    if variable.nctype is STRING:
+        encoded = [("" if v is None else str(v)).encode() for v in chunk.ravel(order=order)]
+        too_long = max((len(e) for e in encoded), default=0)
+        if too_long > storage.itemsize:
+            raise FormatError(
+                f"a string of {too_long} bytes does not fit {variable.key!r} "
+                f"(maximum {storage.itemsize}; set maxstrlen or _nczarr_maxstrlen)"
+            )
+        return np.array(encoded, dtype=storage).tobytes()
+    return np.ascontiguousarray(chunk.astype(storage, copy=False)).tobytes(order=order)

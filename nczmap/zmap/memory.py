@@ -50,4 +50,3 @@ class MemoryMap(ZMap):
     def _close(self, delete: bool) -> None:
         if delete:
             self._truncate()
-

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 
 from nczmap.errors import EmptyError, ModeError
-from nczmap.zmap import ZMap
+from nczmap.zmap.base import ZMap
 from nczmap.zmap.keys import ancestors, join, parent_and_name
 
 # zmapio -t names -> (struct code, size, printf-style formatter)

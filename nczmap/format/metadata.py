@@ -1,4 +1,4 @@
-"""Metadata objects for every NCZarr dialect, as netcdf-c's releases write them (nczarr-format.md §3-§5).
+"""The metadata objects each dialect writes, as netcdf-c's releases write them (nczarr-format.md §3-§5).
 
 Pure functions from the model to ``{key: JSON value}``; the writer serialises and stores them. Unlike
 netcdf-c: floats keep full precision, 64-bit attributes keep their type, char attributes are written as
@@ -10,36 +10,22 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
-
-from nczmap import __version__
+from nczmap._lazy import numpy as np
+from nczmap._version import __version__
+from nczmap.format.dialects import Dialect
 from nczmap.format.model import Attribute, Group
 from nczmap.format.types import CHAR, STRING, NCType, dtype_string
 from nczmap.format.variable import Variable
 
 SUPERBLOCK = {"version": "2.0.0"}
 JSON_TYPE = "|J0"
-NCZARR_DIALECTS = ("D0", "D1", "D2", "D3")
-
-
-def dialect_for_version(version: str | None) -> str:
-    """The dialect the named netcdf-c release reads: 4.8.0 D0, 4.8.1-4.9.0 D1, 4.9.1-4.9.2 D2, else D3."""
-    if version is None:
-        return "D3"
-    try:
-        parts = tuple(int(p) for p in version.strip().split(".")[:3])
-    except ValueError:
-        from nczmap.errors import ModeError
-
-        raise ModeError(f"netcdf_version {version!r} is not a version number such as 4.9.0") from None
-    parts += (0,) * (3 - len(parts))
-    if parts < (4, 8, 1):
-        return "D0"
-    if parts < (4, 9, 1):
-        return "D1"
-    if parts < (4, 9, 3):
-        return "D2"
-    return "D3"
+D0, D1, D2, D3, PURE = (
+    Dialect.NCZARR_OBJECTS,
+    Dialect.NCZARR_UPPER_KEYS,
+    Dialect.NCZARR_LOWER_KEYS,
+    Dialect.NCZARR_ATTRIBUTES,
+    Dialect.PURE_ZARR,
+)
 
 
 def dumps(value: object) -> bytes:
@@ -75,11 +61,11 @@ def attribute_json(attribute: Attribute) -> object:
     return values[0] if len(values) == 1 else values
 
 
-def attribute_type(attribute: Attribute, dialect: str) -> str:
-    if dialect == "D0":
+def attribute_type(attribute: Attribute, dialect: Dialect) -> str:
+    if dialect is D0:
         return str(attribute.nctype.code)
     maxlen = max((len(v.encode()) for v in attribute.value), default=1) if attribute.nctype is STRING else 1
-    return dtype_string(attribute.nctype, "<", max(maxlen, 1), dialect)
+    return dtype_string(attribute.nctype, "<", max(maxlen, 1), dialect.char_dtype)
 
 
 def fill_json(variable: Variable) -> object:
@@ -96,24 +82,24 @@ def _codec_json(variable: Variable) -> tuple[object, object]:
     return (codecs.compressor or None), (list(codecs.filters) or None)
 
 
-def array_dtype(variable: Variable, dialect: str) -> str:
+def array_dtype(variable: Variable, dialect: Dialect) -> str:
     nctype: NCType = variable.nctype
     if nctype is STRING:
         return f"|S{variable.layout.dtype.storage.itemsize}"
     order = variable.layout.dtype.storage.byteorder
-    if nctype.letter and variable.layout.dtype.storage.itemsize == 1 and dialect in ("D3", "PZ"):
+    if nctype.letter and variable.layout.dtype.storage.itemsize == 1 and dialect in (D3, PURE):
         return "|" + nctype.letter  # zarr-python 3 (and so xarray) refuses "<u1"; netcdf-c reads "|u1"
     order = "<" if order in ("=", "|") else order
-    return dtype_string(nctype, order if order in "<>" else "<", 1, dialect)
+    return dtype_string(nctype, order if order in "<>" else "<", 1, dialect.char_dtype)
 
 
-def zarray_json(variable: Variable, dialect: str) -> dict:
+def zarray_json(variable: Variable, dialect: Dialect) -> dict:
     layout = variable.layout
     shape = [1] if layout.scalar else list(layout.shape)
     chunks = [1] if layout.scalar else list(layout.chunks)
     compressor, filters = _codec_json(variable)
     meta = {"zarr_format": 2, "shape": shape, "dtype": array_dtype(variable, dialect), "chunks": chunks}
-    if not (dialect == "D0" and layout.fill_value is None):
+    if not (dialect is D0 and layout.fill_value is None):
         meta["fill_value"] = fill_json(variable)
     meta.update(order=layout.order, compressor=compressor, filters=filters)
     if layout.separator != ".":
@@ -125,27 +111,27 @@ def _user_attrs(attrs: list[Attribute]) -> dict:
     return {a.name: attribute_json(a) for a in attrs}
 
 
-def _types(attrs: list[Attribute], dialect: str) -> dict:
+def _types(attrs: list[Attribute], dialect: Dialect) -> dict:
     return {a.name: attribute_type(a, dialect) for a in attrs}
 
 
-def _xarray_dims(variable: Variable, dialect: str) -> list[str]:
+def _xarray_dims(variable: Variable, dialect: Dialect) -> list[str]:
     if variable.layout.scalar:
-        return [] if dialect == "D1" else ["_scalar_"]
+        return [] if dialect is D1 else ["_scalar_"]
     return list(variable.dimensions)
 
 
-def array_objects(variable: Variable, dialect: str, xarray: bool) -> dict[str, object]:
-    """``{key: JSON}`` for one array in ``dialect`` (D0-D3 or PZ)."""
+def array_objects(variable: Variable, dialect: Dialect, xarray: bool) -> dict[str, object]:
+    """``{key: JSON}`` for one array in ``dialect``."""
     key = variable.key
     attrs = variable.attrs.all_typed()
     zarray = zarray_json(variable, dialect)
     zattrs = _user_attrs(attrs)
-    if xarray and dialect != "D0":
+    if xarray and dialect is not D0:
         zattrs["_ARRAY_DIMENSIONS"] = _xarray_dims(variable, dialect)
     objects: dict[str, object] = {f"{key}/.zarray": zarray}
     refs = [dim.path for dim in variable.dims]
-    if dialect == "D3":
+    if dialect is D3:
         info: dict = {"dimension_references": refs}
         if variable.layout.scalar:
             info["scalar"] = 1
@@ -154,36 +140,36 @@ def array_objects(variable: Variable, dialect: str, xarray: bool) -> dict[str, o
         zattrs["_nczarr_attr"] = {
             "types": {**_types(attrs, dialect), "_nczarr_array": JSON_TYPE, "_nczarr_attr": JSON_TYPE}
         }
-    elif dialect in ("D1", "D2"):
-        upper = dialect == "D1"
+    elif dialect.keys_in_zarr_objects:
+        upper = dialect is D1
         storage = "scalar" if variable.layout.scalar else "chunked"
         zarray["_NCZARR_ARRAY" if upper else "_nczarr_array"] = {"dimrefs": refs, "storage": storage}
         if attrs:
             zattrs["_NCZARR_ATTR" if upper else "_nczarr_attr"] = {"types": _types(attrs, dialect)}
-    elif dialect == "D0":
+    elif dialect is D0:
         storage = "scalar" if variable.layout.scalar else "chunked"
         objects[f"{key}/.nczvar"] = {"dimrefs": refs, "storage": storage}
         objects[f"{key}/.nczarray"] = {"dimrefs": refs, "storage": storage}
         if attrs:
             objects[f"{key}/.nczattr"] = {"types": _types(attrs, dialect)}
-    if zattrs or dialect in ("D3", "PZ"):
+    if zattrs or dialect in (D3, PURE):
         objects[f"{key}/.zattrs"] = zattrs
     return objects
 
 
-def provenance(dialect: str) -> str:
-    nczarr = "1.0.0" if dialect == "D0" else "2.0.0"
+def provenance(dialect: Dialect) -> str:
+    nczarr = "1.0.0" if dialect is D0 else "2.0.0"
     return f"version=2,nczmap={__version__},nczarr={nczarr}"
 
 
-def _dimension_json(group: Group, dialect: str) -> dict:
+def _dimension_json(group: Group, dialect: Dialect) -> dict:
     dims = {}
     for dim in group.dimensions.values():
-        dims[dim.name] = {"size": dim.size, "unlimited": 1} if dim.unlimited and dialect == "D3" else dim.size
+        dims[dim.name] = {"size": dim.size, "unlimited": 1} if dim.unlimited and dialect is D3 else dim.size
     return dims
 
 
-def group_objects(group: Group, dialect: str) -> dict[str, object]:
+def group_objects(group: Group, dialect: Dialect) -> dict[str, object]:
     """``{key: JSON}`` for one group's own objects (not its arrays or subgroups)."""
     base = group.path.rstrip("/")
     is_root = group.parent is None
@@ -193,19 +179,19 @@ def group_objects(group: Group, dialect: str) -> dict[str, object]:
     zgroup: dict = {"zarr_format": 2}
     if is_root:
         zattrs = {"_NCProperties": provenance(dialect), **zattrs}
-        types = {"_NCProperties": dtype_string(CHAR, "<", 1, dialect) if dialect != "D0" else "2", **types}
+        types = {"_NCProperties": dialect.char_dtype if dialect is not D0 else "2", **types}
     objects: dict[str, object] = {f"{base}/.zgroup": zgroup}
     arrays, groups = list(group.variables), list(group.groups)
     dims = _dimension_json(group, dialect)
-    if dialect == "D3":
+    if dialect is D3:
         zattrs["_nczarr_group"] = {"dimensions": dims, "arrays": arrays, "groups": groups}
         extra = {"_nczarr_group": JSON_TYPE}
         if is_root:
             zattrs["_nczarr_superblock"] = SUPERBLOCK
             extra["_nczarr_superblock"] = JSON_TYPE
         zattrs["_nczarr_attr"] = {"types": {**types, **extra, "_nczarr_attr": JSON_TYPE}}
-    elif dialect in ("D1", "D2"):
-        upper = dialect == "D1"
+    elif dialect.keys_in_zarr_objects:
+        upper = dialect is D1
         if is_root:
             zgroup["_NCZARR_SUPERBLOCK" if upper else "_nczarr_superblock"] = SUPERBLOCK
         zgroup["_NCZARR_GROUP" if upper else "_nczarr_group"] = {
@@ -215,12 +201,12 @@ def group_objects(group: Group, dialect: str) -> dict[str, object]:
         }
         if types:
             zattrs["_NCZARR_ATTR" if upper else "_nczarr_attr"] = {"types": types}
-    elif dialect == "D0":
+    elif dialect is D0:
         objects[f"{base}/.nczgroup"] = {"dims": dims, "vars": arrays, "groups": groups}
         if is_root:
             objects["/.nczarr"] = {"zarr_format": 2, "nczarr_version": "1.0.0"}
         if types:
             objects[f"{base}/.nczattr"] = {"types": types}
-    if zattrs or dialect in ("D3", "PZ"):
+    if zattrs or dialect in (D3, PURE):
         objects[f"{base}/.zattrs"] = zattrs
     return objects

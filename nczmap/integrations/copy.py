@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from nczmap.api import create_dataset, open_dataset
 from nczmap.concurrency import run_each
-from nczmap.format import Dataset, Group, Variable, create_dataset, open_dataset
+from nczmap.format import Dataset, Group, Variable
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 Progress = Callable[[int, int], None]
@@ -26,7 +27,7 @@ def copy(
 ) -> None:
     """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``."""
     if _is_hdf5(source):
-        from nczmap.netcdf4_source import open_netcdf4
+        from nczmap.integrations.netcdf4 import open_netcdf4
 
         reader = open_netcdf4(source)
     else:

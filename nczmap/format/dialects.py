@@ -1,0 +1,98 @@
+"""The metadata dialects netcdf-c has written, named by the first release that writes each one.
+
+Every NCZarr release since 4.8.1 calls its format "NCZarr 2.0.0", yet the four dialects cannot read each
+other's metadata (nczarr-format.md §3 calls them D0-D3, pure Zarr PZ; :attr:`Dialect.code` gives those
+names). A dataset's ``dialect`` tells which netcdf-c releases read it; ``netcdf_version`` picks the one to
+write.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from nczmap.errors import ModeError
+
+FIRST_NCZARR_RELEASE = (4, 8, 0)
+
+
+class Dialect(enum.StrEnum):
+    """Where a store keeps its NCZarr metadata; the value is the first netcdf-c release writing it."""
+
+    NCZARR_OBJECTS = "nczarr-4.8.0"  # D0: separate .nczarr/.nczgroup/.nczarray/.nczattr objects
+    NCZARR_UPPER_KEYS = "nczarr-4.8.1"  # D1: _NCZARR_* keys inside .zgroup/.zarray/.zattrs
+    NCZARR_LOWER_KEYS = "nczarr-4.9.1"  # D2: _nczarr_* keys inside .zgroup/.zarray/.zattrs
+    NCZARR_ATTRIBUTES = "nczarr-4.9.3"  # D3: _nczarr_* attributes inside .zattrs only
+    PURE_ZARR = "zarr-v2"  # no NCZarr metadata: _ARRAY_DIMENSIONS and plain attributes
+
+    @property
+    def code(self) -> str:
+        """The short name nczarr-format.md uses (D0-D3, PZ)."""
+        return _CODES[self]
+
+    @property
+    def releases(self) -> str:
+        """The netcdf-c releases that write this dialect."""
+        return _RELEASES[self]
+
+    @property
+    def is_nczarr(self) -> bool:
+        return self is not Dialect.PURE_ZARR
+
+    @property
+    def keys_in_zarr_objects(self) -> bool:
+        """NCZarr metadata as extra keys of ``.zgroup``/``.zarray`` (4.8.1-4.9.2)."""
+        return self in (Dialect.NCZARR_UPPER_KEYS, Dialect.NCZARR_LOWER_KEYS)
+
+    @property
+    def reads_unlimited(self) -> bool:
+        """The releases writing it can read unlimited dimensions (4.9.3 and later)."""
+        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR)
+
+    @property
+    def reads_strings(self) -> bool:
+        """The releases writing it can read NC_STRING variables (4.9.1 and later)."""
+        return self not in (Dialect.NCZARR_OBJECTS, Dialect.NCZARR_UPPER_KEYS)
+
+    @property
+    def big_endian_safe(self) -> bool:
+        """The releases writing it store big-endian data as declared (4.8.x and 4.9.0 do not)."""
+        return self.reads_strings
+
+    @property
+    def char_dtype(self) -> str:
+        """The dtype of NC_CHAR variables and attributes (4.8.x and 4.9.0 wrote ``<U1``)."""
+        return ">S1" if self.reads_strings else "<U1"
+
+    @property
+    def superblock_version(self) -> int:
+        """What ``ncdump -s`` shows as ``_SuperblockVersion`` for a store of this dialect."""
+        return {Dialect.NCZARR_OBJECTS: 1, Dialect.PURE_ZARR: 0}.get(self, 2)
+
+    @classmethod
+    def for_version(cls, version: str | None) -> Dialect:
+        """The dialect the named netcdf-c release reads and writes (None: the current one)."""
+        if version is None:
+            return cls.NCZARR_ATTRIBUTES
+        try:
+            parts = tuple(int(p) for p in version.strip().split(".")[:3])
+        except ValueError:
+            raise ModeError(f"netcdf_version {version!r} is not a version number such as 4.9.0") from None
+        parts += (0,) * (3 - len(parts))
+        if parts < FIRST_NCZARR_RELEASE:
+            raise ModeError(
+                f"netcdf_version {version!r}: netcdf-c reads NCZarr from release 4.8.0 on; "
+                "earlier releases cannot read any NCZarr dataset"
+            )
+        if parts < (4, 8, 1):
+            return cls.NCZARR_OBJECTS
+        if parts < (4, 9, 1):
+            return cls.NCZARR_UPPER_KEYS
+        if parts < (4, 9, 3):
+            return cls.NCZARR_LOWER_KEYS
+        return cls.NCZARR_ATTRIBUTES
+
+
+_CODES = dict(zip(Dialect, ("D0", "D1", "D2", "D3", "PZ"), strict=True))
+_RELEASES = dict(
+    zip(Dialect, ("4.8.0", "4.8.1-4.9.0", "4.9.1-4.9.2", "4.9.3 and later", "any (mode=zarr)"), strict=True)
+)
