@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Callable
 
-from nczmap.errors import EmptyError, FormatError
+from nczmap.errors import FormatError
 
 
 class FloatText(float):
@@ -179,23 +179,6 @@ class _LenientParser:
             is_int = not any(c in word for c in ".eE") or word.lower().lstrip("+-").startswith("0x")
             return IntText(word) if is_int else FloatText(word)
         return word  # netcdf-c accepts bare words as strings
-
-
-def read_json(zmap, key: str) -> object | None:
-    """The parsed JSON object stored at ``key``, or None when the key has no content."""
-    try:
-        data = zmap.read(key)
-    except EmptyError:
-        return None
-    return loads(data, f"{key!r} of {zmap.location}")
-
-
-def read_dict(zmap, key: str) -> dict | None:
-    """Like :func:`read_json` but the object must be a JSON dict (FormatError naming the key if not)."""
-    value = read_json(zmap, key)
-    if value is not None and not isinstance(value, dict):
-        raise FormatError(f"{key!r} of {zmap.location} must hold a JSON object, not {type(value).__name__}")
-    return value
 
 
 def _escape(text: str) -> str:

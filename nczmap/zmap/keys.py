@@ -80,11 +80,6 @@ def is_valid_key(key: str) -> bool:
     return True
 
 
-def segments(key: str) -> list[str]:
-    """The segments of a normalised key; ``[]`` for the root."""
-    return [] if key == ROOT else key[1:].split("/")
-
-
 def join(prefix: str, name: str) -> str:
     return prefix + name if prefix == ROOT else f"{prefix}/{name}"
 
