@@ -138,3 +138,68 @@ def test_cli_copy_and_errors(source_nc, tmp_path):
     )
     assert missing.returncode == 1 and b"absent.file" in missing.stderr
     assert not (tmp_path / "x.zip").exists()
+
+
+def _snapshot(url: str) -> dict[str, bytes]:
+    with nczmap.open_map(url) as zmap:
+        return {key: zmap.read(key) for key in zmap.objects()}
+
+
+@pytest.fixture
+def directory_store(tmp_path):
+    path = tmp_path / "data.file"
+    with nczmap.create_dataset(str(path)) as ds:
+        ds.create_dimension("x", 4)
+        ds.create_variable("v", ("x",), "i4", chunks=(2,), data=[1, 2, 3, 4])
+    (tmp_path / "link.file").symlink_to(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "spell_destination",
+    [
+        lambda p: str(p),
+        lambda p: p.as_uri() + "#mode=nczarr,file",
+        lambda p: f"{p.parent}/./{p.name}/",
+        lambda p: f"{p.parent}/sub/../{p.name}",
+        lambda p: str(p.parent / "link.file"),
+        lambda p: str(p / "inner.file"),
+        lambda p: str(p.parent),
+        lambda p: str(p / "v" / "copy.zip"),
+    ],
+    ids=["same", "file-url", "dot", "dotdot", "symlink", "inside", "around", "zip-inside"],
+)
+def test_copy_onto_its_own_source_is_refused(directory_store, spell_destination):
+    before = _snapshot(str(directory_store))
+    destination = spell_destination(directory_store)
+    with pytest.raises(nczmap.DatasetExists, match=r"refusing to copy .* the destination"):
+        copy(str(directory_store), destination)
+    assert _snapshot(str(directory_store)) == before
+
+
+def test_copy_onto_itself_from_the_command_line_exits_nonzero(directory_store):
+    before = _snapshot(str(directory_store))
+    spelled = directory_store.as_uri() + "#mode=nczarr,file"
+    result = subprocess.run(
+        [sys.executable, "-m", "nczmap", "copy", str(directory_store), spelled],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "refusing to copy" in result.stderr
+    assert _snapshot(str(directory_store)) == before
+
+
+def test_zip_copied_onto_itself_is_refused(tmp_path, directory_store):
+    archive = tmp_path / "data.zip"
+    copy(str(directory_store), str(archive))
+    before = archive.read_bytes()
+    with pytest.raises(nczmap.DatasetExists):
+        copy(str(archive), archive.as_uri() + "#mode=nczarr,zip")
+    assert archive.read_bytes() == before
+
+
+def test_sibling_with_a_common_name_prefix_is_not_an_overlap(directory_store):
+    copy(str(directory_store), str(directory_store) + "2")
+    assert _snapshot(str(directory_store) + "2") == _snapshot(str(directory_store))

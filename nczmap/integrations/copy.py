@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 
@@ -16,7 +17,9 @@ import numpy as np
 
 from nczmap.api import create_dataset, open_dataset
 from nczmap.concurrency import run_each
+from nczmap.errors import DatasetExists
 from nczmap.format import Dataset, Group, Variable
+from nczmap.url import ParsedURL, parse_url
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 Progress = Callable[[int, int], None]
@@ -25,7 +28,12 @@ Progress = Callable[[int, int], None]
 def copy(
     source: str, destination: str, netcdf_version: str | None = None, progress: Progress | None = None
 ) -> None:
-    """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``."""
+    """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``.
+
+    A destination that is the source, lies inside it or contains it (however spelled) is refused before
+    anything is written: creating it would empty the source.
+    """
+    check_distinct(source, destination)
     if _is_hdf5(source):
         from nczmap.integrations.netcdf4 import open_netcdf4
 
@@ -46,6 +54,27 @@ def copy(
                             progress(done, total)
     finally:
         reader.close()
+
+
+def check_distinct(source: str, destination: str) -> None:
+    """Refuse a copy whose destination overlaps its source: same place, inside it, or around it."""
+    here, there = _place(parse_url(source)), _place(parse_url(destination))
+    if here[0] != there[0]:
+        return
+    a, b = here[1], there[1]
+    if a == b or b.startswith(a + "/") or a.startswith(b + "/"):
+        how = "is" if a == b else ("is inside" if b.startswith(a + "/") else "contains")
+        raise DatasetExists(
+            f"refusing to copy {source!r} to {destination!r}: the destination {how} the source, "
+            "and creating it would destroy the data being copied"
+        )
+
+
+def _place(url: ParsedURL) -> tuple[tuple, str]:
+    """(storage, path) with every spelling resolved: symlinks and ``..`` locally, bucket + key on S3."""
+    if url.on_s3:
+        return ("s3", url.endpoint, url.bucket), url.path.strip("/")
+    return ("local",), os.path.realpath(url.path).rstrip("/") or "/"
 
 
 def _is_hdf5(source: str) -> bool:
