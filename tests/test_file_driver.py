@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+import nczmap
 from nczmap import DatasetExists, DatasetNotFound, StorageError, open_map
 from nczmap.zmap.keys import TEMP_PREFIX
 
@@ -195,3 +196,72 @@ def test_copy_from_another_directory_store(tmp_path):
         assert target.read("/w/0.0") == bytes(range(256)) * 1000
         assert target.search("/w") == ["0.0"]
         assert os.listdir(tmp_path / "b.file" / "w") == ["0.0"]  # no temporary file left behind
+
+
+# ---------------------------------------------------------------------------- symbolic links (issue: escapes)
+@pytest.fixture
+def linked_store(tmp_path):
+    """A store whose /inner/link points at a file outside, /outdir at a directory outside, /alias inside."""
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "secret").write_bytes(b"private key")
+    (outside / "sub" / "keep").write_bytes(b"keep me")
+    store = tmp_path / "store.file"
+    with nczmap.open_map(str(store), "w") as zmap:
+        zmap.write("/.zgroup", b"{}")
+        zmap.write("/inner/0", b"inside")
+    (store / "inner" / "link").symlink_to(outside / "secret")
+    (store / "outdir").symlink_to(outside)
+    (store / "alias").symlink_to(store / "inner")
+    return store, outside
+
+
+def _outside_state(outside):
+    return sorted(
+        (str(p.relative_to(outside)), p.read_bytes() if p.is_file() else None) for p in outside.rglob("*")
+    )
+
+
+@pytest.mark.parametrize("key", ["/inner/link", "/outdir/secret", "/outdir/sub/keep"])
+def test_reads_never_follow_a_link_out_of_the_store(linked_store, key):
+    store, _ = linked_store
+    with nczmap.open_map(str(store), "r") as zmap:
+        for call in (lambda: zmap.read(key), lambda: zmap.len(key), lambda: zmap.exists(key)):
+            with pytest.raises(nczmap.AccessDenied, match="outside the store"):
+                call()
+        buffer = bytearray(4)
+        with pytest.raises(nczmap.AccessDenied):
+            zmap.read_into(key, memoryview(buffer))
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        lambda z: z.write("/outdir/secret", b"overwritten"),
+        lambda z: z.write("/outdir/new/0", b"planted"),
+        lambda z: z.write("/outdir/sub/keep", b"overwritten"),
+        lambda z: z.delete("/outdir/sub/keep"),
+        lambda z: z.delete("/outdir/sub"),
+        lambda z: z.search("/outdir"),
+    ],
+    ids=["overwrite", "plant", "overwrite-deep", "delete", "delete-dir", "list"],
+)
+def test_writes_deletes_and_listings_never_follow_a_link_out(linked_store, action):
+    store, outside = linked_store
+    before = _outside_state(outside)
+    with nczmap.open_map(str(store), "a") as zmap, pytest.raises(nczmap.AccessDenied, match="outside"):
+        action(zmap)
+    assert _outside_state(outside) == before
+
+
+def test_links_that_stay_inside_are_followed_and_unlinking_a_link_leaves_its_target(linked_store):
+    store, outside = linked_store
+    before = _outside_state(outside)
+    with nczmap.open_map(str(store), "a") as zmap:
+        assert zmap.read("/alias/0") == b"inside"
+        zmap.write("/alias/1", b"through the alias")
+        assert zmap.read("/inner/1") == b"through the alias"
+        zmap.delete("/inner/link")  # removes the link itself, never what it points at
+        zmap.delete("/outdir")
+    assert _outside_state(outside) == before
+    assert not (store / "outdir").exists()

@@ -3,6 +3,10 @@
 Unlike netcdf-c: every write is atomic (temporary file in the same directory, then rename) so an overwrite
 never leaves a stale tail (netcdf-c bug 1), creating over a directory that is not a Zarr store refuses
 (bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty.
+
+No key reaches outside the store: symbolic links inside it are followed only while they stay inside the
+store's real directory. Reads check the file they actually opened (``/proc/self/fd``); writes, deletes
+and listings check the real directory they work in. A key that leaves is ``AccessDenied``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import shutil
 import stat
 
 from nczmap.errors import (
+    AccessDenied,
     DatasetExists,
     DatasetNotFound,
     EmptyError,
@@ -36,6 +41,8 @@ class FileMap(ZMap):
         super().__init__(url, mode)
         self.root = url.path
         self._open_root()
+        self._real_root = os.path.realpath(self.root)
+        self._directory_inside: dict[str, bool] = {}  # real-path verdicts, per directory of the store
 
     # ----------------------------------------------------------------- opening
     def _open_root(self) -> None:
@@ -78,14 +85,50 @@ class FileMap(ZMap):
     def _path(self, key: str) -> str:
         return self.root if key == ROOT else self.root + key
 
-    def _stat(self, key: str) -> os.stat_result | None:
+    # ----------------------------------------------------------------- staying inside the store
+    def _is_inside(self, real: str) -> bool:
+        root = self._real_root
+        return real == root or real.startswith(root.rstrip("/") + "/")
+
+    def _escapes(self, key: str) -> AccessDenied:
+        return AccessDenied(
+            f"key {key!r} of {self.root!r} leads outside the store through a symbolic link: not followed"
+        )
+
+    def _check_directory(self, directory: str, key: str) -> None:
+        """Refuse to work in ``directory`` (the store's own path of it) if it really lies outside."""
+        inside = self._directory_inside.get(directory)
+        if inside is None:
+            inside = self._directory_inside[directory] = self._is_inside(os.path.realpath(directory))
+        if not inside:
+            raise self._escapes(key)
+
+    def _open_inside(self, key: str, path: str) -> int:
+        """A descriptor for reading ``path``, checked to be a file of the store after every link."""
+        fd = os.open(path, os.O_RDONLY)
         try:
-            st = os.stat(self._path(key))
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # no /proc: resolve by name
+            real = os.path.realpath(path)
+        if not self._is_inside(real):
+            os.close(fd)
+            raise self._escapes(key)
+        return fd
+
+    def _stat(self, key: str) -> os.stat_result | None:
+        path = self._path(key)
+        try:
+            st = os.stat(path)
         except OSError as exc:
             if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
                 return None
             raise from_os_error(exc, f"cannot stat {key!r} in {self.root!r}") from exc
-        return st if stat.S_ISREG(st.st_mode) else None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        self._check_directory(os.path.dirname(path), key)
+        if os.path.islink(path) and not self._is_inside(os.path.realpath(path)):
+            raise self._escapes(key)
+        return st
 
     def _exists(self, key: str) -> bool:
         return self._stat(key) is not None
@@ -98,7 +141,7 @@ class FileMap(ZMap):
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         try:
-            fd = os.open(self._path(key), os.O_RDONLY)
+            fd = self._open_inside(key, self._path(key))
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
@@ -110,7 +153,7 @@ class FileMap(ZMap):
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
         try:
-            fd = os.open(self._path(key), os.O_RDONLY)
+            fd = self._open_inside(key, self._path(key))
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
@@ -121,6 +164,8 @@ class FileMap(ZMap):
             os.close(fd)
 
     def _read_error(self, key: str, exc: OSError) -> Exception:
+        if isinstance(exc, AccessDenied):  # ours already (a link leaving the store)
+            return exc
         if exc.errno in _EMPTY_ERRNOS:
             return EmptyError(key, self.root)
         return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
@@ -138,11 +183,12 @@ class FileMap(ZMap):
             return super().copy_from(source, source_key, key)
         source_key, key = normalize_key(source_key), self._key(key, writing=True)
         try:
-            reader = os.open(source._path(source_key), os.O_RDONLY)
+            reader = source._open_inside(source_key, source._path(source_key))
         except OSError as exc:
-            if exc.errno in _EMPTY_ERRNOS:
+            error = source._read_error(source_key, exc)
+            if isinstance(error, EmptyError):
                 return False
-            raise from_os_error(exc, f"cannot read {source_key!r} in {source.root!r}") from exc
+            raise error from None
         try:
             size = os.fstat(reader).st_size
             self._replace(key, lambda fd: _kernel_copy(reader, fd, size))
@@ -172,16 +218,24 @@ class FileMap(ZMap):
             raise
 
     def _ensure_parent(self, key: str, directory: str) -> None:
+        """Make the key's directory, after checking that every existing ancestor really is in the store."""
         if os.path.isdir(directory):
+            self._check_directory(directory, key)
             return
         for ancestor in reversed(ancestors(key)):
-            if os.path.isfile(self._path(ancestor)):
+            path = self._path(ancestor)
+            if os.path.isfile(path):
                 raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: {ancestor!r} is an object")
+            if os.path.isdir(path):
+                self._check_directory(path, key)
         self._makedirs(directory)
 
     def _search(self, prefix: str) -> list[str]:
+        path = self._path(prefix)
+        if prefix != ROOT and os.path.isdir(path):
+            self._check_directory(path, prefix)
         try:
-            with os.scandir(self._path(prefix)) as entries:
+            with os.scandir(path) as entries:
                 names = [entry.name for entry in entries if is_listable_name(entry.name)]
         except OSError as exc:
             if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
@@ -191,6 +245,7 @@ class FileMap(ZMap):
 
     def _delete(self, key: str) -> None:
         path = self._path(key)
+        self._check_directory(os.path.dirname(path), key)
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
