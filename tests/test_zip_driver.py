@@ -13,7 +13,7 @@ import pytest
 import zarr
 from test_file_driver import run_python
 
-from nczmap import DatasetExists, DatasetNotFound, StorageError, open_map
+from nczmap import DatasetExists, DatasetNotFound, KeyNameError, StorageError, open_map
 from nczmap.zmap.zip import find_layout
 
 
@@ -338,3 +338,64 @@ def test_a_staged_write_that_fails_keeps_the_previous_content(tmp_path):
     with open_map(str(path), "r") as zmap:
         assert zmap.read("/v/0") == b"old content"
         assert zmap.read("/v/1") == b"small"
+
+
+# ---------------------------------------------------------------------------- members that are not keys
+def _members(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None
+        return {info.filename: archive.read(info) for info in archive.infolist()}
+
+
+@pytest.fixture
+def archive_with_foreign_members(tmp_path):
+    """netcdf-c's layout plus what people's tools add: a README, macOS metadata, a backslash name."""
+    path = tmp_path / "ds.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("ds/", b"")
+        archive.writestr("ds/.zgroup", b'{"zarr_format": 2}')
+        archive.writestr("ds/v/0", b"\x01\x02", compress_type=zipfile.ZIP_DEFLATED)
+        archive.writestr("README.txt", b"read me " * 100, compress_type=zipfile.ZIP_DEFLATED)
+        archive.writestr("__MACOSX/ds/._v", b"\x00\x05\x16\x07 apple double")
+        archive.writestr("ds/a\\..\\..\\evil", b"windows escape")
+    return path
+
+
+def test_rewrites_keep_members_that_are_not_keys_byte_for_byte(archive_with_foreign_members):
+    path = archive_with_foreign_members
+    before = _members(path)
+    with open_map(str(path), "a") as zmap:
+        assert zmap.search("/") == [".zgroup", "v"]  # the backslash name is no key: never listed or read
+        zmap.write("/v/1", b"new")
+        zmap.delete("/v/0")
+    after = _members(path)
+    for name in ("README.txt", "__MACOSX/ds/._v", "ds/a\\..\\..\\evil", "ds/.zgroup"):
+        assert after[name] == before[name]
+    assert after["ds/v/1"] == b"new" and "ds/v/0" not in after
+    assert sorted(n for n in after if n.startswith("ds/")) == sorted(
+        ["ds/", "ds/.zgroup", "ds/v/", "ds/v/1", "ds/a\\..\\..\\evil"]
+    )
+
+
+def test_an_undecodable_foreign_member_does_not_block_updates(tmp_path):
+    path = tmp_path / "ds.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("ds/.zgroup", b"{}")
+        archive.writestr("junk.bin", b"x" * 1000, compress_type=zipfile.ZIP_DEFLATED)
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("junk.bin")
+        data_start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    with open(path, "r+b") as handle:  # damage the deflated stream of the foreign member
+        handle.seek(data_start)
+        handle.write(b"\xff\xff\xff\xff")
+    for round_number in range(2):
+        with open_map(str(path), "a") as zmap:
+            zmap.write(f"/k{round_number}", b"ok")
+    with open_map(str(path), "r") as zmap:
+        assert zmap.read("/k0") == b"ok" and zmap.read("/k1") == b"ok"
+
+
+@pytest.mark.parametrize("key", ["/a\\b", "/v/..\\..\\x", "\\"])
+def test_backslash_keys_are_refused(tmp_path, key):
+    with open_map(str(tmp_path / "ds.zip"), "w") as zmap, pytest.raises(KeyNameError, match="backslash"):
+        zmap.write(key, b"x")

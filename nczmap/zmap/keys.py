@@ -1,4 +1,5 @@
-"""zmap key syntax: ``'/' | ('/' segment)+`` with no ``.``/``..``/empty segments and no control characters.
+"""zmap key syntax: ``'/' | ('/' segment)+`` with no ``.``/``..``/empty segments, no control characters
+and no backslash (a path separator to Windows tools: a zip member ``a\\..\\x`` extracted there escapes).
 
 Every driver goes through these functions, so no key can name anything outside the dataset root.
 """
@@ -14,9 +15,10 @@ ROOT = "/"
 TEMP_PREFIX = ".nczmap-tmp-"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Anything that makes a key body (the key without its leading "/") illegal, in one search: an empty, "." or
-# ".." segment, a reserved temporary name, a control character or a lone surrogate (not UTF-8 encodable).
+# ".." segment, a reserved temporary name, a control character, a backslash or a lone surrogate (not UTF-8
+# encodable).
 _ILLEGAL_BODY = re.compile(
-    r"(?:^|/)(?:\.{0,2}(?:/|$)|" + re.escape(TEMP_PREFIX) + r")|[\x00-\x1f\x7f\ud800-\udfff]"
+    r"(?:^|/)(?:\.{0,2}(?:/|$)|" + re.escape(TEMP_PREFIX) + r")|[\x00-\x1f\x7f\\\ud800-\udfff]"
 )
 
 
@@ -32,6 +34,8 @@ def _check_text(key: object) -> str:
         raise KeyNameError(f"a zmap key must be a str, not {type(key).__name__}: {key!r}")
     if _CONTROL.search(key):
         raise KeyNameError(f"illegal key {key!r}: NUL or control character")
+    if "\\" in key:
+        raise KeyNameError(f"illegal key {key!r}: backslash (a path separator on Windows)")
     try:
         key.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -34,6 +34,7 @@ from nczmap.zmap.osutil import remove_if_present
 # Root objects that make a top-level folder look like a whole dataset (netcdf-c layout).
 _GROUP_MARKERS = (".zgroup", ".zmetadata", ".nczarr", "zarr.json")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
+_DATA_DESCRIPTOR = 0x08
 _COPY_BLOCK = 4 << 20
 
 
@@ -52,6 +53,7 @@ class ZipMap(ZMap):
         self.path = url.path
         self.prefix = url.dataset_name + "/"
         self.skipped: list[str] = []  # entry names that are not legal keys (never read)
+        self._foreign: list[zipfile.ZipInfo] = []  # members that are no key: kept as they are on rewrite
         self._members: dict[str, zipfile.ZipInfo | Staged] = {}
         self._index = KeyIndex()
         self._data_offsets: dict[str, int] = {}
@@ -108,13 +110,17 @@ class ZipMap(ZMap):
 
     def _add_entry(self, info: zipfile.ZipInfo) -> None:
         name = info.filename
-        if not name.startswith(self.prefix) or name == self.prefix:
+        if name == self.prefix:
+            return
+        if not name.startswith(self.prefix):
+            self._foreign.append(info)
             return
         relative = name[len(self.prefix) :]
         is_dir = relative.endswith("/")
         key = "/" + (relative[:-1] if is_dir else relative)
         if not is_valid_key(key):
             self.skipped.append(name)
+            self._foreign.append(info)
         elif is_dir:
             self._index.add_directory(key)
         else:
@@ -153,20 +159,26 @@ class ZipMap(ZMap):
         length = available if count is None else min(count, available)
         if not length:
             return b""
-        data = read_exact(self._fd, length, self._data_offset(key, info) + start, self.path)
+        data = read_exact(self._fd, length, self._data_offset(info) + start, self.path)
         if length == info.file_size and zlib.crc32(data) != info.CRC:
             raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: CRC mismatch")
         return data
 
-    def _data_offset(self, key: str, info: zipfile.ZipInfo) -> int:
-        offset = self._data_offsets.get(key)
+    def _data_offset(self, info: zipfile.ZipInfo) -> int:
+        """Where the member's stored bytes start, after a local header that must name the same member."""
+        offset = self._data_offsets.get(info.filename)
         if offset is None:
             header = read_exact(self._fd, _LOCAL_HEADER.size, info.header_offset, self.path)
             signature, name_length, extra_length = _LOCAL_HEADER.unpack(header)
-            if signature != b"PK\x03\x04":
-                raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: bad local header")
-            offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
-            self._data_offsets[key] = offset
+            start = info.header_offset + _LOCAL_HEADER.size
+            name = read_exact(self._fd, name_length, start, self.path)
+            if signature != b"PK\x03\x04" or name != _encoded_name(info):
+                raise StorageError(
+                    f"corrupt member {info.filename!r} in {self.path!r}: its local header does not match "
+                    "the central directory (the archive was changed or damaged)"
+                )
+            offset = start + name_length + extra_length
+            self._data_offsets[info.filename] = offset
         return offset
 
     def _read_compressed(self, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
@@ -274,7 +286,9 @@ class ZipMap(ZMap):
             elif isinstance(member, Staged):
                 self._copy_staged(out, name, member, now)
             else:
-                self._copy_member(out, name, member)
+                self._copy_raw(out, name, member)
+        for member in self._foreign:
+            self._copy_raw(out, member.filename, member)
 
     def _copy_staged(self, out: zipfile.ZipFile, name: str, member: Staged, now: tuple) -> None:
         info = zipfile.ZipInfo(name, date_time=now)
@@ -287,18 +301,27 @@ class ZipMap(ZMap):
                 length = min(_COPY_BLOCK, member.size - done)
                 target.write(read_exact(self._stage.fileno(), length, member.offset + done, "staging file"))
 
-    def _copy_member(self, out: zipfile.ZipFile, name: str, source: zipfile.ZipInfo) -> None:
+    def _copy_raw(self, out: zipfile.ZipFile, name: str, source: zipfile.ZipInfo) -> None:
+        """Copy a member's stored bytes as they are: nothing is decompressed, so nothing can fail to
+        decode, nothing is recompressed, and members that are not keys survive byte for byte."""
         info = zipfile.ZipInfo(name, date_time=source.date_time)
         info.compress_type = source.compress_type
-        info.external_attr = source.external_attr
-        info.flag_bits |= 0x800
-        info.file_size = source.file_size
-        force = source.file_size >= zipfile.ZIP64_LIMIT
-        try:
-            with self._archive.open(source) as reader, out.open(info, "w", force_zip64=force) as target:
-                shutil.copyfileobj(reader, target, _COPY_BLOCK)
-        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
-            raise StorageError(f"cannot copy member {source.filename!r} of {self.path!r}: {exc}") from exc
+        info.CRC, info.compress_size, info.file_size = source.CRC, source.compress_size, source.file_size
+        info.external_attr, info.create_system = source.external_attr, source.create_system
+        info.flag_bits = source.flag_bits & ~_DATA_DESCRIPTOR  # sizes now go in the local header
+        info.comment = source.comment
+        offset = self._data_offset(source)
+        zip64 = max(info.file_size, info.compress_size) >= zipfile.ZIP64_LIMIT
+        out.fp.seek(out.start_dir)
+        info.header_offset = out.fp.tell()
+        out.fp.write(info.FileHeader(zip64))
+        for done in range(0, source.compress_size, _COPY_BLOCK):
+            length = min(_COPY_BLOCK, source.compress_size - done)
+            out.fp.write(read_exact(self._fd, length, offset + done, self.path))
+        out.start_dir = out.fp.tell()
+        out.filelist.append(info)
+        out.NameToInfo[name] = info
+        out._didModify = True  # the stdlib's own flag: write the central directory at close
 
     def _release(self) -> None:
         if self._filesystem is not None:
@@ -365,6 +388,11 @@ def _open_zip(path: str):
 def _close_zip(filesystem) -> None:
     filesystem.zip.close()
     filesystem.fo.close()
+
+
+def _encoded_name(info: zipfile.ZipInfo) -> bytes:
+    """The member name's bytes as the central directory holds them."""
+    return info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437", "surrogateescape")
 
 
 def _directory_info(name: str, now: tuple) -> zipfile.ZipInfo:
