@@ -14,6 +14,7 @@ import zarr
 from test_file_driver import run_python
 
 from nczmap import DatasetExists, DatasetNotFound, KeyNameError, StorageError, open_map
+from nczmap.zmap import zip as zip_driver
 from nczmap.zmap.zip import find_layout
 
 
@@ -399,3 +400,56 @@ def test_an_undecodable_foreign_member_does_not_block_updates(tmp_path):
 def test_backslash_keys_are_refused(tmp_path, key):
     with open_map(str(tmp_path / "ds.zip"), "w") as zmap, pytest.raises(KeyNameError, match="backslash"):
         zmap.write(key, b"x")
+
+
+# ---------------------------------------------------------------------------- one archive per open map
+def _replace_archive(path) -> None:
+    with open_map(str(path), "a") as writer:  # commits a new archive under the same path
+        writer.delete("/a")
+        writer.write("/0", b"0" * 50)
+        writer.write("/b", b"b" * 30)
+
+
+def test_an_archive_replaced_while_it_is_being_opened_is_read_consistently(tmp_path, monkeypatch):
+    path = tmp_path / "ds.zip"
+    write_store(path, {"/.zgroup": b"{}", "/a": b"A" * 100, "/b": b"B" * 100})
+    original = zip_driver._open_zip
+
+    def open_then_replace(*args):
+        opened = original(*args)  # the central directory is read here...
+        monkeypatch.setattr(zip_driver, "_open_zip", original)
+        _replace_archive(path)  # ...and another process commits before any member is read
+        return opened
+
+    monkeypatch.setattr(zip_driver, "_open_zip", open_then_replace)
+    with open_map(str(path), "r") as reader:
+        assert reader.read("/b", 10, 20) == b"B" * 20
+        assert reader.read("/a") == b"A" * 100
+
+
+def test_a_reader_keeps_reading_the_archive_it_opened_while_a_writer_replaces_it(tmp_path):
+    path = tmp_path / "ds.zip"
+    write_store(path, {"/.zgroup": b"{}", "/a": b"A" * 100, "/b": b"B" * 100})
+    with open_map(str(path), "r") as reader:
+        _replace_archive(path)
+        assert reader.read("/b", 10, 20) == b"B" * 20
+        assert reader.read("/a") == b"A" * 100
+        assert reader.read("/b") == b"B" * 100
+    with open_map(str(path), "r") as fresh:
+        assert fresh.read("/b") == b"b" * 30 and not fresh.exists("/a")
+
+
+def test_a_local_header_naming_another_member_is_an_error(tmp_path):
+    path = tmp_path / "ds.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("ds/.zgroup", b"{}")
+        archive.writestr("ds/aa", b"first")
+        archive.writestr("ds/bb", b"other")
+    data = path.read_bytes()
+    # rename the member in the central directory only: its local header still says ds/aa
+    central = data.rindex(b"ds/aa")
+    path.write_bytes(data[:central] + b"ds/cc" + data[central + 5 :])
+    with open_map(str(path), "r") as zmap:
+        assert zmap.search("/") == [".zgroup", "bb", "cc"]
+        with pytest.raises(StorageError, match="local header does not match"):
+            zmap.read("/cc", 0, 2)

@@ -80,11 +80,11 @@ class ZipMap(ZMap):
         if self.mode == "w":
             self._check_clobber()
             return
-        self._load(_open_zip(self.path))
+        self._load()
 
     def _check_clobber(self) -> None:
         try:
-            filesystem = _open_zip(self.path)
+            filesystem = _open_zip(self.path, _open_descriptor(self.path))
         except StorageError as exc:
             raise DatasetExists(f"refusing to overwrite {self.path!r}: not a zip archive") from exc
         try:
@@ -96,17 +96,16 @@ class ZipMap(ZMap):
         if infos and not any(prefix + marker in names for marker in STORE_MARKERS):
             raise DatasetExists(f"refusing to overwrite {self.path!r}: the zip holds no Zarr/NCZarr store")
 
-    def _load(self, filesystem) -> None:
-        self._filesystem = filesystem
-        self._archive = filesystem.zip
+    def _load(self) -> None:
+        # One open file for everything: the central directory and every member come from the same
+        # archive even if another process replaces the path (as commits do) while this map is open.
+        self._fd = _open_descriptor(self.path)
+        self._filesystem = _open_zip(self.path, os.dup(self._fd))
+        self._archive = self._filesystem.zip
         infos = self._archive.infolist()
         self.prefix = find_layout([info.filename for info in infos], self.url.dataset_name)
         for info in infos:
             self._add_entry(info)
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except OSError as exc:
-            raise from_os_error(exc, f"cannot open {self.path!r}") from exc
 
     def _add_entry(self, info: zipfile.ZipInfo) -> None:
         name = info.filename
@@ -373,15 +372,26 @@ def _root_has_other_node(folder: str, present: set[str]) -> bool:
     return False
 
 
-def _open_zip(path: str):
-    """fsspec's zip filesystem over the archive (stdlib ``zipfile``, no libzip); ``.zip`` is the ZipFile."""
+def _open_descriptor(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot open zip archive {path!r}") from exc
+
+
+def _open_zip(path: str, fd: int):
+    """fsspec's zip filesystem (stdlib ``zipfile``, no libzip) over the open descriptor ``fd``, which it
+    then owns; ``.zip`` is the ZipFile."""
     from fsspec.implementations.zip import ZipFileSystem
 
+    handle = os.fdopen(fd, "rb")
     try:
-        return ZipFileSystem(fo=path, mode="r")
+        return ZipFileSystem(fo=handle, mode="r")
     except zipfile.BadZipFile as exc:
+        handle.close()
         raise StorageError(f"{path!r} is not a readable zip archive: {exc}") from exc
     except OSError as exc:
+        handle.close()
         raise from_os_error(exc, f"cannot open zip archive {path!r}") from exc
 
 
