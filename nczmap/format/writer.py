@@ -371,17 +371,28 @@ def _user_values(variable: Variable, values: object, shape: tuple[int, ...]) -> 
         elif nctype is STRING:
             array = np.asarray(values, dtype=object)
         else:
-            array = np.asarray(values)
-            if array.dtype.kind in "iub" and nctype.is_integer:
-                info = np.iinfo(nctype.numpy)
-                if array.size and (array.min() < info.min or array.max() > info.max):
-                    raise FormatError(f"values out of range for {nctype.name} variable {variable.key!r}")
-            array = array.astype(nctype.numpy)
+            array = _numbers(values, nctype, variable.key)
         return np.broadcast_to(array, shape)
     except (ValueError, TypeError) as exc:
         raise FormatError(
             f"cannot write {type(values).__name__} into {variable.key!r} of shape {shape}: {exc}"
         ) from exc
+
+
+def _numbers(values: object, nctype: NCType, key: str) -> np.ndarray:
+    """``values`` as ``nctype``; integers out of its range are refused, never wrapped or rounded."""
+    if nctype.is_integer and not isinstance(values, np.ndarray | np.generic):
+        # Python ints straight to the type: through float64 (numpy's guess for 2**64-2) they would round
+        try:
+            return np.asarray(values, dtype=nctype.numpy)
+        except OverflowError as exc:
+            raise FormatError(f"values out of range for {nctype.name} variable {key!r}: {exc}") from None
+    array = np.asarray(values)
+    if array.dtype.kind in "iub" and nctype.is_integer:
+        info = np.iinfo(nctype.numpy)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise FormatError(f"values out of range for {nctype.name} variable {key!r}")
+    return array.astype(nctype.numpy)
 
 
 def _char_array(values: object, shape: tuple[int, ...]) -> np.ndarray:

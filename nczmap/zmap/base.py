@@ -146,6 +146,8 @@ class ZMap(ABC):
         Lets callers fill a numpy array without an intermediate copy; drivers may override it.
         """
         key = self._key(key)
+        if start < 0:
+            raise RangeError(f"read of {key!r} in {self.location}: bad range start={start}")
         if key == ROOT:
             raise EmptyError(key, self.location)
         return self._read_into(key, buffer, start)

@@ -140,6 +140,8 @@ class FileMap(ZMap):
         return st.st_size
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
+        if count == 0 and self._stat(key) is None:  # a directory opens, and reads 0 bytes, fine
+            raise EmptyError(key, self.root)
         try:
             fd = self._open_inside(key, self._path(key))
         except OSError as exc:
@@ -152,6 +154,8 @@ class FileMap(ZMap):
             os.close(fd)
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
+        if not len(buffer) and self._stat(key) is None:
+            raise EmptyError(key, self.root)
         try:
             fd = self._open_inside(key, self._path(key))
         except OSError as exc:

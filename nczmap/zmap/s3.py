@@ -130,6 +130,8 @@ class S3Map(ZMap):
                 self._len(key)  # still "no content" for a missing key
                 return b""
             length = count if count is not None else self._len(key) - start
+            if length <= 0:
+                return b""
             return byteranges.get_object_range(self._store, path, start, length)
         except EmptyError:
             raise
