@@ -37,8 +37,9 @@ def main() -> None:
     parser.add_argument("revision", help="the earlier revision (commit, tag, branch)")
     parser.add_argument("benches", nargs="+", help="benchmark names, e.g. bench_metadata")
     parser.add_argument("--rounds", type=int, default=1, help="alternations per benchmark")
-    args, extra = parser.parse_known_args()
-    extra = [a for a in extra if a != "--"]
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.revision], cwd=HERE, check=True)

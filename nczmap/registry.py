@@ -9,14 +9,13 @@ sits below every layer that uses it.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Where a URL says a dataset lives: "local" (a path or file: URL) or "s3" (s3:, gs3: or an http(s) endpoint).
 LOCAL, S3 = "local", "s3"
 
 
-@dataclass(frozen=True)
-class DriverEntry:
+class DriverEntry(NamedTuple):
     """One storage driver: the ``#mode=`` word selecting it and the class implementing it."""
 
     name: str

@@ -91,6 +91,7 @@ class Attributes(MutableMapping[str, object]):
     def __init__(self) -> None:
         self._items: dict[str, Attribute] = {}
         self.on_change: Callable[[], None] | None = None  # set by a writable dataset
+        self.read_only_in: str | None = None  # where the read-only dataset is: changes are refused
 
     def __getitem__(self, name: str) -> object:
         return self._items[name].python_value()
@@ -103,7 +104,7 @@ class Attributes(MutableMapping[str, object]):
         if isinstance(nctype, str):
             nctype = _type_named(nctype)
         attribute = value if isinstance(value, Attribute) else Attribute.from_python(name, value, nctype)
-        self._changing()
+        self._changing(name)
         self._items[name] = attribute
 
     def load(self, attributes: dict[str, Attribute]) -> None:
@@ -111,10 +112,12 @@ class Attributes(MutableMapping[str, object]):
         self._items.update(attributes)
 
     def __delitem__(self, name: str) -> None:
-        self._changing()
+        self._changing(name)
         del self._items[name]
 
-    def _changing(self) -> None:
+    def _changing(self, name: str) -> None:
+        if self.read_only_in is not None:
+            raise ReadOnlyError(f"cannot change attribute {name!r}: {self.read_only_in} is open read-only")
         if self.on_change is not None:
             self.on_change()
 

@@ -7,10 +7,8 @@ never pays for the write path).
 
 from __future__ import annotations
 
-from nczmap.errors import ReadOnlyError
 from nczmap.format.dataset import Dataset, FormatOptions
 from nczmap.format.dialects import Dialect
-from nczmap.format.model import Group
 from nczmap.zmap import ZMap
 
 MODES = ("r", "r+", "a", "w")
@@ -53,16 +51,8 @@ def _new_dataset(zmap: ZMap, options: FormatOptions) -> Dataset:
 
 def _refuse_changes(dataset: Dataset) -> None:
     """Make attribute changes on a read-only dataset raise, instead of being silently dropped."""
+    location = dataset.zmap.location
     for group in dataset.walk():
-        _refuse(group, dataset)
+        group.attrs.read_only_in = location
         for variable in group.variables.values():
-            _refuse(variable, dataset)
-
-
-def _refuse(node: Group, dataset: Dataset) -> None:
-    def refuse() -> None:
-        raise ReadOnlyError(
-            f"cannot change an attribute of {node.path!r}: {dataset.zmap.location} is open read-only"
-        )
-
-    node.attrs.on_change = refuse
+            variable.attrs.read_only_in = location

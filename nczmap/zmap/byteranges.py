@@ -13,11 +13,9 @@ Ranges are ``(start, length)``. A range reaching past the end of a file is cut s
 
 from __future__ import annotations
 
-import configparser
 import os
 import re
 from collections.abc import Sequence
-from datetime import timedelta
 from typing import NamedTuple
 
 from nczmap.errors import AccessDenied, DatasetNotFound, DriverNotAvailable, NCZError, StorageError
@@ -107,7 +105,8 @@ def read_file_ranges(fd: int, ranges: Sequence[tuple[int, int]], what: str, gap:
 # -------------------------------------------------------------------------------------------- object stores
 ANONYMOUS_PROFILES = ("no", "none", "anonymous")
 CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry limit: no hang past ~20 s
-RETRIES = {"max_retries": 2, "retry_timeout": timedelta(seconds=10)}
+RETRY_SECONDS = 10  # obstore's retry_timeout (made a timedelta when a store is built)
+MAX_RETRIES = 2
 DENIED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 
@@ -134,7 +133,10 @@ def s3_store(bucket: str, *, endpoint: str | None, region: str | None, profile: 
         config["skip_signature"] = True
     elif not os.environ.get("AWS_ACCESS_KEY_ID"):
         config.update(_profile_credentials(profile or "default"))
-    return S3Store(bucket, config=config, client_options=client, retry_config=RETRIES)
+    from datetime import timedelta
+
+    retries = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
+    return S3Store(bucket, config=config, client_options=client, retry_config=retries)
 
 
 def _region(region: str | None, profile: str) -> str:
@@ -149,6 +151,8 @@ def _region(region: str | None, profile: str) -> str:
 
 def _profile_settings(profile: str) -> dict[str, str]:
     """The named profile's settings from ``~/.aws/config`` and ``~/.aws/credentials`` (as netcdf-c reads)."""
+    import configparser
+
     home = os.path.expanduser("~")
     files = (
         (os.environ.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"), f"profile {profile}"),

@@ -5,8 +5,8 @@ never leaves a stale tail (netcdf-c bug 1), creating over a directory that is no
 (bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty.
 
 No key reaches outside the store: symbolic links inside it are followed only while they stay inside the
-store's real directory. Reads check the file they actually opened (``/proc/self/fd``); writes, deletes
-and listings check the real directory they work in. A key that leaves is ``AccessDenied``.
+store's real directory. Every operation checks the real path of the directory it works in (once per
+directory and open map) and of an object that is itself a link. A key that leaves is ``AccessDenied``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from nczmap.errors import (
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
 from nczmap.zmap.base import STORE_MARKERS, ZMap
-from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, normalize_key, sort_names
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, join, normalize_key, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
@@ -42,7 +42,8 @@ class FileMap(ZMap):
         self.root = url.path
         self._open_root()
         self._real_root = os.path.realpath(self.root)
-        self._directory_inside: dict[str, bool] = {}  # real-path verdicts, per directory of the store
+        self._directory_inside: dict[str, bool] = {}  # directory key -> really in the store (links only)
+        self._scanned: set[str] = set()  # directory keys whose entries were checked for links
 
     # ----------------------------------------------------------------- opening
     def _open_root(self) -> None:
@@ -96,38 +97,67 @@ class FileMap(ZMap):
         )
 
     def _check_directory(self, directory: str, key: str) -> None:
-        """Refuse to work in ``directory`` (the store's own path of it) if it really lies outside."""
-        inside = self._directory_inside.get(directory)
-        if inside is None:
-            inside = self._directory_inside[directory] = self._is_inside(os.path.realpath(directory))
-        if not inside:
+        """Refuse to work in ``directory`` (a key) for ``key`` if the directory really lies outside."""
+        if not self._directory_is_inside(directory):
             raise self._escapes(key)
 
-    def _open_inside(self, key: str, path: str) -> int:
-        """A descriptor for reading ``path``, checked to be a file of the store after every link."""
-        fd = os.open(path, os.O_RDONLY)
+    def _directory_is_inside(self, directory: str) -> bool:
+        """Whether a directory key really lies in the store: learnt per parent from one scan of its
+        entries (no syscall per directory), with a full resolution only where a link is met."""
+        inside = self._directory_inside.get(directory)
+        if inside is not None:
+            return inside
+        if directory == ROOT:
+            return True  # the root itself (named by the user, a link or not)
+        parent = directory.rpartition("/")[0] or ROOT
+        if not self._directory_is_inside(parent):
+            return False
+        if parent not in self._scanned:
+            self._scan_links(parent)
+        # Not seen in the scan: absent then, so it will be a real directory made here (or never exist).
+        return self._directory_inside.get(directory, True)
+
+    def _scan_links(self, parent: str) -> None:
+        self._scanned.add(parent)
         try:
-            real = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # no /proc: resolve by name
-            real = os.path.realpath(path)
-        if not self._is_inside(real):
-            os.close(fd)
+            with os.scandir(self._path(parent)) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        inside = self._is_inside(os.path.realpath(entry.path))
+                        self._directory_inside[join(parent, entry.name)] = inside
+        except OSError:
+            pass  # not a directory (yet): nothing under it can be a link
+
+    def _open_inside(self, key: str) -> int:
+        """A descriptor for reading ``key``, refused if it leads out of the store through a link."""
+        self._check_directory(key.rpartition("/")[0] or ROOT, key)
+        path = self._path(key)
+        try:
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:  # ELOOP: the object itself is a link; see where it goes
+                raise
+        if not self._is_inside(os.path.realpath(path)):
             raise self._escapes(key)
-        return fd
+        return os.open(path, os.O_RDONLY)
 
     def _stat(self, key: str) -> os.stat_result | None:
         path = self._path(key)
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                if not self._is_inside(os.path.realpath(path)):
+                    raise self._escapes(key)
+                st = os.stat(path)
         except OSError as exc:
+            if isinstance(exc, AccessDenied):
+                raise
             if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
                 return None
             raise from_os_error(exc, f"cannot stat {key!r} in {self.root!r}") from exc
         if not stat.S_ISREG(st.st_mode):
             return None
-        self._check_directory(os.path.dirname(path), key)
-        if os.path.islink(path) and not self._is_inside(os.path.realpath(path)):
-            raise self._escapes(key)
+        self._check_directory(key.rpartition("/")[0] or ROOT, key)
         return st
 
     def _exists(self, key: str) -> bool:
@@ -143,7 +173,7 @@ class FileMap(ZMap):
         if count == 0 and self._stat(key) is None:  # a directory opens, and reads 0 bytes, fine
             raise EmptyError(key, self.root)
         try:
-            fd = self._open_inside(key, self._path(key))
+            fd = self._open_inside(key)
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
@@ -157,7 +187,7 @@ class FileMap(ZMap):
         if not len(buffer) and self._stat(key) is None:
             raise EmptyError(key, self.root)
         try:
-            fd = self._open_inside(key, self._path(key))
+            fd = self._open_inside(key)
         except OSError as exc:
             raise self._read_error(key, exc) from None
         try:
@@ -187,7 +217,7 @@ class FileMap(ZMap):
             return super().copy_from(source, source_key, key)
         source_key, key = normalize_key(source_key), self._key(key, writing=True)
         try:
-            reader = source._open_inside(source_key, source._path(source_key))
+            reader = source._open_inside(source_key)
         except OSError as exc:
             error = source._read_error(source_key, exc)
             if isinstance(error, EmptyError):
@@ -222,22 +252,18 @@ class FileMap(ZMap):
             raise
 
     def _ensure_parent(self, key: str, directory: str) -> None:
-        """Make the key's directory, after checking that every existing ancestor really is in the store."""
+        """Make the key's directory, after checking that its existing ancestors really are in the store."""
+        self._check_directory(key.rpartition("/")[0] or ROOT, key)
         if os.path.isdir(directory):
-            self._check_directory(directory, key)
             return
         for ancestor in reversed(ancestors(key)):
-            path = self._path(ancestor)
-            if os.path.isfile(path):
+            if os.path.isfile(self._path(ancestor)):
                 raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: {ancestor!r} is an object")
-            if os.path.isdir(path):
-                self._check_directory(path, key)
         self._makedirs(directory)
 
     def _search(self, prefix: str) -> list[str]:
         path = self._path(prefix)
-        if prefix != ROOT and os.path.isdir(path):
-            self._check_directory(path, prefix)
+        self._check_directory(prefix, prefix)
         try:
             with os.scandir(path) as entries:
                 names = [entry.name for entry in entries if is_listable_name(entry.name)]
@@ -249,7 +275,7 @@ class FileMap(ZMap):
 
     def _delete(self, key: str) -> None:
         path = self._path(key)
-        self._check_directory(os.path.dirname(path), key)
+        self._check_directory(key.rpartition("/")[0] or ROOT, key)
         try:
             if os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
