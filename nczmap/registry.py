@@ -36,6 +36,7 @@ DRIVERS: dict[str, DriverEntry] = {
         DriverEntry("file", "nczmap.zmap.file:FileMap", (LOCAL,)),
         DriverEntry("zip", "nczmap.zmap.zip:ZipMap", (LOCAL,), suffix=".zip"),
         DriverEntry("s3", "nczmap.zmap.s3:S3Map", (S3,)),
+        DriverEntry("manifest", "nczmap.zmap.manifest:ManifestMap", (LOCAL, S3), layered=True),
     )
 }
 # The driver of a location when the URL names none and no suffix matches.

@@ -23,7 +23,7 @@ LAYERS = [
         ("nczmap._version", "nczmap._lazy", "nczmap.errors", "nczmap.registry", "nczmap.concurrency"),
     ),
     ("url", ("nczmap.url",)),
-    ("zmap", ("nczmap.zmap",)),
+    ("zmap", ("nczmap.zmap", "nczmap.manifest")),
     ("format", ("nczmap.format",)),
     ("api", ("nczmap.api",)),
     ("cdl", ("nczmap.cdl",)),

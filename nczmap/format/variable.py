@@ -109,11 +109,7 @@ class Variable:
         shape = tuple(len(ix) for ix in indices)
         out = self._allocate(shape)
         if out.size:
-            plan = list(chunk_plan(indices, self.layout.chunks))
-            run_all(
-                [lambda c=c, o=o, i=i: self._read_into(out, c, as_index(o), i) for c, (o, i) in plan],
-                self.group.root.zmap.io_width,
-            )
+            self._read_plan(out, chunk_plan(indices, self.layout.chunks))
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out
@@ -124,21 +120,30 @@ class Variable:
             return self.filled(shape)
         return np.empty(shape, dtype=self.dtype)
 
-    def _read_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
-        """Place one chunk's selected values in ``out``: straight from storage into ``out`` when the chunk is
-        raw, native-order and wanted whole in a contiguous block; else decode and copy; fill if missing."""
-        key = self.chunk_key(chunk_index)
-        target = out[out_index]
-        if self._direct(in_ix) and isinstance(out_index, tuple) and target.flags.c_contiguous:
-            try:
-                got = self.group.root.zmap.read_into(key, memoryview(target).cast("B"))
-            except EmptyError:
-                got = None
-            if got is None:
-                out[out_index] = self.fill_scalar()
-            elif got != target.nbytes:
-                raise FormatError(f"chunk {key!r} holds {got} bytes, expected {target.nbytes}")
-            return
+    def _read_plan(self, out: np.ndarray, plan) -> None:
+        """Fill ``out``: chunks that are raw, native-order and wanted whole in a contiguous block go from
+        storage straight into ``out``, all in one batch (which a driver may coalesce); the others are
+        decoded and copied, a few at a time; missing chunks become fill values."""
+        zmap = self.group.root.zmap
+        direct: list[tuple[str, object, np.ndarray]] = []
+        decoded = []
+        for chunk_index, (out_ix, in_ix) in plan:
+            out_index = as_index(out_ix)
+            target = out[out_index]
+            if self._direct(in_ix) and isinstance(out_index, tuple) and target.flags.c_contiguous:
+                direct.append((self.chunk_key(chunk_index), out_index, target))
+            else:
+                decoded.append(lambda c=chunk_index, o=out_index, i=in_ix: self._decode_into(out, c, o, i))
+        if direct:
+            got = zmap.read_many_into([(key, memoryview(target).cast("B")) for key, _, target in direct])
+            for (key, out_index, target), count in zip(direct, got, strict=True):
+                if count is None:
+                    out[out_index] = self.fill_scalar()
+                elif count != target.nbytes:
+                    raise FormatError(f"chunk {key!r} holds {count} bytes, expected {target.nbytes}")
+        run_all(decoded, zmap.io_width)
+
+    def _decode_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
         chunk = self.read_chunk(chunk_index)
         out[out_index] = self.fill_scalar() if chunk is None else chunk[as_index(in_ix)]
 

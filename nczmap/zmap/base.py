@@ -47,6 +47,8 @@ raises ``ReadOnlyError`` naming it), :attr:`ZMap.listable` (``search`` works), :
 - ``_len(key) -> int``: its size; ``EmptyError`` without content.
 - ``_read(key, start, count) -> bytes``: the range, cut short at the end; ``EmptyError`` without content.
 - ``_read_into(key, buffer, start) -> int``: optional, a faster ``_read`` into a caller's buffer.
+- ``read_many_into(requests)``: optional (public), many whole objects into buffers at once; drivers that
+  can merge neighbouring byte ranges (the manifest driver) override it.
 - ``_search(prefix) -> list[str]``: sorted child names (listable drivers).
 - ``_close(delete)``: release (and commit) everything; remove the dataset when ``delete``.
 - writable drivers also: ``_write(key, data: memoryview)``, ``_delete(key)``, ``_truncate()``.
@@ -54,12 +56,13 @@ raises ``ReadOnlyError`` naming it), :attr:`ZMap.listable` (``search`` works), :
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
-from nczmap.concurrency import LOCAL_WIDTH, WIDTH
+from nczmap.concurrency import LOCAL_WIDTH, WIDTH, run_all
 from nczmap.errors import DataError, EmptyError, RangeError, ReadOnlyError, StorageError
 from nczmap.url import ParsedURL
 from nczmap.zmap.keys import ROOT, join, normalize_key, normalize_prefix
@@ -151,6 +154,18 @@ class ZMap(ABC):
         if key == ROOT:
             raise EmptyError(key, self.location)
         return self._read_into(key, buffer, start)
+
+    def read_many_into(self, requests: Sequence[tuple[str, memoryview]]) -> list[int | None]:
+        """Fill each buffer from the start of its key's object; the byte counts, None where a key has no
+        content. Drivers that can read many objects at once (merging neighbouring ranges) override it."""
+        results: list[int | None] = [None] * len(requests)
+
+        def read_one(index: int, key: str, buffer: memoryview) -> None:
+            with contextlib.suppress(EmptyError):
+                results[index] = self.read_into(key, buffer)
+
+        run_all([lambda i=i, k=k, b=b: read_one(i, k, b) for i, (k, b) in enumerate(requests)], self.io_width)
+        return results
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
         data = self._read(key, start, len(buffer))

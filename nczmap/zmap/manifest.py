@@ -1,0 +1,424 @@
+"""The ``manifest`` driver: a virtual dataset whose keys are inline bytes or references into other files.
+
+Opened from the manifest's URL with the ``manifest`` mode word (``file:///d/refs.json#mode=nczarr,manifest``,
+``s3://bucket/refs.json#mode=zarr,manifest``). Metadata objects and small chunks live in the manifest;
+chunk keys refer to ``(url, offset, length)`` byte ranges of local files or S3 objects, read only under
+authorised containers (``nczmap.manifest.containers``: the manifest's own directory by default, more with
+``containers=``). A source whose recorded size, modification time or ETag changed is an error, as is one
+shorter than a reference's end: never padded, never short.
+
+Reads of many chunks (:meth:`ManifestMap.read_many_into`) group references by source, merge neighbours
+closer than ``gap`` bytes, read each merged span with one positional read scattered straight into the
+callers' buffers (local files) or one ranged request (S3), and run the spans concurrently.
+
+Writes change the manifest (saved atomically at ``close``): metadata objects and small chunks are stored
+inline, :meth:`ManifestMap.set_reference` adds references; chunk data too large to inline is refused with
+a pointer to ``nczmap copy``, which materialises a virtual dataset into real storage.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from nczmap.concurrency import run_all
+from nczmap.errors import (
+    DataError,
+    DatasetNotFound,
+    EmptyError,
+    FormatError,
+    StorageError,
+    from_os_error,
+)
+from nczmap.manifest import kerchunk_json
+from nczmap.manifest.containers import Container, as_containers, authorize
+from nczmap.manifest.model import WHOLE, Manifest, Reference
+from nczmap.url import ParsedURL
+from nczmap.zmap import byteranges
+from nczmap.zmap.base import ZMap
+from nczmap.zmap.index import KeyIndex
+from nczmap.zmap.keys import ROOT, is_listable_name, normalize_key
+from nczmap.zmap.osutil import remove_if_present
+
+INLINE_LIMIT = 64 << 10  # chunk data up to this size is kept in the manifest itself
+LOCAL_GAP = 64 << 10  # merge local ranges closer than this: a short extra read beats another syscall
+REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs more than a MiB
+MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
+
+
+class ManifestMap(ZMap):
+    driver = "manifest"
+
+    def __init__(self, url: ParsedURL, mode: str, containers: object = None, gap: int | None = None) -> None:
+        super().__init__(url, mode)
+        # Relative references resolve against the manifest's directory, the container granted by default.
+        if url.on_s3:
+            self._base = f"s3://{url.bucket}/{url.path.rpartition('/')[0]}/"
+        else:
+            self._base = "file://" + os.path.dirname(url.path) + "/"
+        self.containers = [Container(self._base, _store_options(url)), *as_containers(containers)]
+        self.gap = gap
+        self._sources: dict[str, _Source] = {}
+        self._resolved: dict[str, tuple[str, Container]] = {}
+        self._lock = threading.Lock()
+        self._dirty = mode == "w"
+        self._index: KeyIndex | None = None
+        self.manifest = self._load()
+
+    # ----------------------------------------------------------------- the manifest itself
+    def _load(self) -> Manifest:
+        try:
+            data = self._read_manifest()
+        except DatasetNotFound:
+            if self.mode in ("r", "r+"):
+                raise
+            return Manifest()
+        if self.mode == "w":
+            return Manifest()
+        return kerchunk_json.load(data, self.location)
+
+    def _read_manifest(self) -> bytes:
+        url = self.url
+        if url.on_s3:
+            store = _s3_store(url.bucket, _store_options(url))
+            try:
+                return byteranges.get_object(store, url.path)[0]
+            except Exception as exc:
+                error = byteranges.store_error(exc, f"read the manifest {self.location}", url.bucket)
+                raise error or DatasetNotFound(f"no manifest at {self.location}") from exc
+        try:
+            with open(url.path, "rb") as handle:
+                return handle.read()
+        except FileNotFoundError:
+            raise DatasetNotFound(f"no manifest at {url.path!r}") from None
+        except IsADirectoryError:
+            raise FormatError(
+                f"{url.path!r} is a directory: manifests are kerchunk JSON files (Parquet is not read yet)"
+            ) from None
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot read the manifest {url.path!r}") from exc
+
+    def _save(self) -> None:
+        data = kerchunk_json.dump(self.manifest)
+        url = self.url
+        if url.on_s3:
+            store = _s3_store(url.bucket, _store_options(url))
+            try:
+                import obstore
+
+                obstore.put(store, url.path, data)
+            except Exception as exc:
+                error = byteranges.store_error(exc, f"write the manifest {self.location}", url.bucket)
+                raise error or StorageError(f"cannot write the manifest {self.location}") from exc
+            return
+        temp = f"{url.path}.nczmap-tmp-{os.urandom(6).hex()}"
+        try:
+            with open(temp, "xb") as handle:
+                handle.write(data)
+            os.replace(temp, url.path)
+        except OSError as exc:
+            remove_if_present(temp)
+            raise from_os_error(exc, f"cannot write the manifest {url.path!r}") from exc
+
+    # ----------------------------------------------------------------- primitives
+    def _entry(self, key: str):
+        entry = self.manifest.get(key[1:])
+        if entry is None:
+            raise EmptyError(key, self.location)
+        return entry
+
+    def _exists(self, key: str) -> bool:
+        return self.manifest.get(key[1:]) is not None
+
+    def _len(self, key: str) -> int:
+        entry = self._entry(key)
+        if isinstance(entry, bytes):
+            return len(entry)
+        return entry.length if entry.length != WHOLE else self._source(key, entry).size
+
+    def _read(self, key: str, start: int, count: int | None) -> bytes:
+        entry = self._entry(key)
+        if isinstance(entry, bytes):
+            return entry[start:] if count is None else entry[start : start + count]
+        source = self._source(key, entry)
+        length = self._length(entry, source)
+        wanted = max(0, length - start) if count is None else max(0, min(count, length - start))
+        return source.read(entry.offset + start, wanted) if wanted else b""
+
+    def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
+        data = self._read(key, start, len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def _search(self, prefix: str) -> list[str]:
+        return [
+            n for n in self.manifest.children("" if prefix == ROOT else prefix[1:]) if is_listable_name(n)
+        ]
+
+    def _write(self, key: str, data: memoryview) -> None:
+        name = key.rsplit("/", 1)[-1]
+        if len(data) > INLINE_LIMIT and not name.startswith("."):
+            raise DataError(
+                f"cannot write {len(data)} bytes to {key!r} of the manifest {self.location}: chunks over "
+                f"{INLINE_LIMIT} bytes cannot be inlined; use set_reference() for data in another file, or "
+                "`nczmap copy` to turn the virtual dataset into a real one"
+            )
+        self._set(key, bytes(data))
+
+    def _set(self, key: str, entry) -> None:
+        with self._lock:
+            self._key_index().check_leaf(key, _Holding(self.manifest), self.location)
+            self.manifest.set(key[1:], entry)
+            self._index.add(key)
+            self._dirty = True
+
+    def _key_index(self) -> KeyIndex:
+        """Every key, as a tree (built at the first change: reading never needs it)."""
+        if self._index is None:
+            self._index = KeyIndex()
+            for name in self.manifest.sorted_keys():
+                self._index.add("/" + name)
+        return self._index
+
+    def _delete(self, key: str) -> None:
+        with self._lock:
+            self._key_index().remove(key, _Holding(self.manifest).__contains__)
+            self.manifest.delete_under(key[1:])
+            self._dirty = True
+
+    def _truncate(self) -> None:
+        with self._lock:
+            self.manifest = Manifest()
+            self._index = KeyIndex()
+            self._dirty = True
+
+    def _close(self, delete: bool) -> None:
+        try:
+            for source in self._sources.values():
+                source.close()
+            if delete:
+                if not self.url.on_s3:
+                    remove_if_present(self.url.path)
+            elif self._dirty:
+                self._save()
+        finally:
+            self._sources.clear()
+
+    def abort(self) -> None:
+        self._dirty = False
+        self.close()
+
+    # ----------------------------------------------------------------- references
+    def set_reference(self, key: str, url: str, offset: int = 0, length: int = WHOLE) -> None:
+        """Make ``key`` refer to ``length`` bytes at ``offset`` of ``url`` (WHOLE: the whole object).
+
+        The URL must lie in an authorised container (AccessDenied otherwise), so a manifest never records
+        a reference its writer could not read; it is stored in its normalised, absolute form
+        (``file:///real/path``, ``s3://bucket/key``), which kerchunk and fsspec read as it is.
+        """
+        key = self._key(key, writing=True)
+        if key == ROOT:
+            raise DataError(f"cannot set a reference at the root of {self.location}")
+        if offset < 0 or (length < 0 and length != WHOLE):
+            raise DataError(f"reference for {key!r}: bad range offset={offset} length={length}")
+        real, _ = authorize(url, self._base, self.containers, key)
+        self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
+
+    def reference(self, key: str) -> Reference | None:
+        """The reference ``key`` holds (None for inline data or nothing)."""
+        entry = self.manifest.get(normalize_key(key)[1:])
+        return entry if isinstance(entry, Reference) else None
+
+    def _source(self, key: str, reference: Reference) -> _Source:
+        resolved = self._resolved.get(reference.url)
+        if resolved is None:
+            resolved = self._resolved[reference.url] = authorize(
+                reference.url, self._base, self.containers, key
+            )
+        real, container = resolved
+        with self._lock:
+            source = self._sources.get(real)
+            if source is None:
+                source = self._sources[real] = _open_source(
+                    real, container, self.manifest.sources, reference.url
+                )
+        return source
+
+    def _length(self, reference: Reference, source: _Source) -> int:
+        if reference.length == WHOLE:
+            return source.size - reference.offset
+        if reference.offset + reference.length > source.size:
+            raise StorageError(
+                f"{source.name} holds {source.size} bytes, but a reference needs bytes up to "
+                f"{reference.offset + reference.length}: the source was truncated or replaced"
+            )
+        return reference.length
+
+    # ----------------------------------------------------------------- coalesced reads
+    def read_many_into(self, requests: Sequence[tuple[str, memoryview]]) -> list[int | None]:
+        """Fill each buffer with its key's object (None where a key has no content), references read
+        together: per source, neighbouring ranges merged, the merged spans run concurrently."""
+        results: list[int | None] = [None] * len(requests)
+        by_source: dict[int, tuple[_Source, list[tuple[int, int, int, memoryview]]]] = {}
+        for index, (key, buffer) in enumerate(requests):
+            key = self._key(key)
+            entry = self.manifest.get(key[1:])
+            if entry is None:
+                continue
+            if isinstance(entry, bytes):
+                results[index] = count = min(len(entry), len(buffer))
+                buffer[:count] = entry[:count]
+                continue
+            source = self._source(key, entry)
+            length = min(self._length(entry, source), len(buffer))
+            results[index] = length
+            by_source.setdefault(id(source), (source, []))[1].append((index, entry.offset, length, buffer))
+        tasks = []
+        for source, wanted in by_source.values():
+            gap = self.gap if self.gap is not None else source.gap
+            spans = byteranges.merge_ranges([(offset, length) for _, offset, length, _ in wanted], gap)
+            tasks.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
+        run_all(tasks, self.io_width)
+        return results
+
+
+class _Holding:
+    """``key in _Holding(manifest)``: the key (with its ``/``) holds something."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.manifest.get(key[1:]) is not None
+
+
+# --------------------------------------------------------------------------------------------- sources
+class _Source:
+    """One file or object references point into."""
+
+    name: str
+    size: int
+    gap: int
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
+        """Read ``span`` and place each member range in its buffer."""
+        block = memoryview(self.read(span.start, span.end - span.start))
+        for member in span.members:
+            _, offset, length, buffer = wanted[member]
+            buffer[:length] = block[offset - span.start : offset - span.start + length]
+
+    def close(self) -> None:
+        pass
+
+
+class _LocalSource(_Source):
+    gap = LOCAL_GAP
+
+    def __init__(self, path: str, recorded: dict | None) -> None:
+        self.name = path
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            raise StorageError(f"the source {path!r} of a reference does not exist") from None
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot open the source {path!r}") from exc
+        info = os.fstat(self.fd)
+        self.size = info.st_size
+        _check_recorded(path, recorded, self.size, mtime=info.st_mtime_ns)
+
+    def read(self, offset: int, length: int) -> bytes:
+        return byteranges.read_exact(self.fd, length, offset, self.name)
+
+    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
+        # One positional read scattered into the callers' buffers; gaps and overlaps go to scratch space.
+        members = sorted(span.members, key=lambda m: wanted[m][1])
+        at, vectors, scratch = span.start, [], []
+        for member in members:
+            _, offset, length, buffer = wanted[member]
+            if offset < at:  # overlaps what is already being read: copy it afterwards
+                scratch.append(member)
+                continue
+            if offset > at:
+                vectors.append(bytearray(offset - at))
+            vectors.append(buffer[:length])
+            at = offset + length
+        for first in range(0, len(vectors), MAX_IOVECS):
+            part = vectors[first : first + MAX_IOVECS]
+            start = span.start + sum(len(v) for v in vectors[:first])
+            expected = sum(len(v) for v in part)
+            if os.preadv(self.fd, part, start) != expected:
+                raise StorageError(f"{self.name!r} is shorter than its references say: it changed")
+        for member in scratch:
+            _, offset, length, buffer = wanted[member]
+            buffer[:length] = self.read(offset, length)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class _ObjectSource(_Source):
+    gap = REMOTE_GAP
+
+    def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
+        self.name = url
+        bucket, _, self.path = url[len("s3://") :].partition("/")
+        self.bucket = bucket
+        self.store = _s3_store(bucket, options)
+        import obstore
+
+        try:
+            meta = obstore.head(self.store, self.path)
+        except Exception as exc:
+            error = byteranges.store_error(exc, f"read the source {url}", bucket)
+            raise error or StorageError(f"the source {url} of a reference does not exist") from exc
+        self.size = meta["size"]
+        _check_recorded(url, recorded, self.size, etag=meta.get("e_tag"))
+
+    def read(self, offset: int, length: int) -> bytes:
+        try:
+            data = byteranges.get_object_range(self.store, self.path, offset, length)
+        except Exception as exc:
+            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} disappeared") from exc
+        if len(data) != length:
+            raise StorageError(f"{self.name} is shorter than its references say: it changed")
+        return data
+
+
+def _open_source(real: str, container: Container, recorded: dict, url: str) -> _Source:
+    info = recorded.get(url) or recorded.get(real)
+    if real.startswith("file://"):
+        return _LocalSource(real[len("file://") :], info)
+    return _ObjectSource(real, dict(container.options), info)
+
+
+def _check_recorded(name: str, recorded: dict | None, size: int, mtime: int | None = None, etag=None) -> None:
+    """Refuse a source that is not what the manifest recorded (checked once per source, not per chunk)."""
+    if not recorded:
+        return
+    changes = []
+    if "size" in recorded and recorded["size"] != size:
+        changes.append(f"size {recorded['size']} -> {size}")
+    if mtime is not None and "mtime" in recorded and recorded["mtime"] != mtime:
+        changes.append("modification time")
+    if etag is not None and "etag" in recorded and recorded["etag"] != etag:
+        changes.append(f"ETag {recorded['etag']} -> {etag}")
+    if changes:
+        raise StorageError(f"the source {name} changed since the manifest was made ({', '.join(changes)})")
+
+
+def _store_options(url: ParsedURL) -> dict[str, str]:
+    if not url.on_s3:
+        return {}
+    options = {"endpoint": url.endpoint, "region": url.region, "profile": url.profile}
+    return {k: v for k, v in options.items() if v}
+
+
+def _s3_store(bucket: str, options: dict):
+    return byteranges.s3_store(
+        bucket, endpoint=options.get("endpoint"), region=options.get("region"), profile=options.get("profile")
+    )
