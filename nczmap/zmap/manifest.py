@@ -64,62 +64,92 @@ class ManifestMap(ZMap):
         self._lock = threading.Lock()
         self._dirty = mode == "w"
         self._index: KeyIndex | None = None
+        self._store = None  # the obstore store holding an S3 manifest
         self.manifest = self._load()
 
     # ----------------------------------------------------------------- the manifest itself
     def _load(self) -> Manifest:
-        try:
-            data = self._read_manifest()
-        except DatasetNotFound:
-            if self.mode in ("r", "r+"):
-                raise
-            return Manifest()
         if self.mode == "w":
             return Manifest()
-        return kerchunk_json.load(data, self.location)
-
-    def _read_manifest(self) -> bytes:
-        url = self.url
-        if url.on_s3:
-            store = _s3_store(url.bucket, _store_options(url))
-            try:
-                return byteranges.get_object(store, url.path)[0]
-            except Exception as exc:
-                error = byteranges.store_error(exc, f"read the manifest {self.location}", url.bucket)
-                raise error or DatasetNotFound(f"no manifest at {self.location}") from exc
         try:
-            with open(url.path, "rb") as handle:
+            if self.parquet:
+                from nczmap.manifest import kerchunk_parquet
+
+                return kerchunk_parquet.load(self._read_file, self.location)
+            data = self._read_file(None)
+            if data is None:
+                raise DatasetNotFound(f"no manifest at {self.location}")
+            return kerchunk_json.load(data, self.location)
+        except DatasetNotFound:
+            if self.mode == "a":
+                return Manifest()
+            raise
+
+    @property
+    def parquet(self) -> bool:
+        """kerchunk's Parquet form: a directory (``.zmetadata`` and ``<array>/refs.<n>.parq``)."""
+        path = self.url.path
+        return path.endswith((".parq", ".parquet")) or (not self.url.on_s3 and os.path.isdir(path))
+
+    def _read_file(self, name: str | None) -> bytes | None:
+        """The manifest (``name`` None) or a file of a Parquet manifest's directory; None if absent."""
+        url = self.url
+        path = url.path if name is None else f"{url.path.rstrip('/')}/{name}"
+        if url.on_s3:
+            try:
+                return byteranges.get_object(self._manifest_store(), path)[0]
+            except Exception as exc:
+                error = byteranges.store_error(
+                    exc, f"read {path!r} of the manifest {self.location}", url.bucket
+                )
+                if error is None:
+                    return None
+                raise error from exc
+        try:
+            with open(path, "rb") as handle:
                 return handle.read()
         except FileNotFoundError:
-            raise DatasetNotFound(f"no manifest at {url.path!r}") from None
+            return None
         except IsADirectoryError:
-            raise FormatError(
-                f"{url.path!r} is a directory: manifests are kerchunk JSON files (Parquet is not read yet)"
-            ) from None
+            raise FormatError(f"{path!r} is a directory, not a manifest file") from None
         except OSError as exc:
-            raise from_os_error(exc, f"cannot read the manifest {url.path!r}") from exc
+            raise from_os_error(exc, f"cannot read the manifest {path!r}") from exc
 
-    def _save(self) -> None:
-        data = kerchunk_json.dump(self.manifest)
+    def _write_file(self, name: str | None, data: bytes) -> None:
+        """Replace the manifest (``name`` None) or one file of a Parquet manifest, atomically each."""
         url = self.url
+        path = url.path if name is None else f"{url.path.rstrip('/')}/{name}"
         if url.on_s3:
-            store = _s3_store(url.bucket, _store_options(url))
-            try:
-                import obstore
+            import obstore
 
-                obstore.put(store, url.path, data)
+            try:
+                obstore.put(self._manifest_store(), path, data)
             except Exception as exc:
                 error = byteranges.store_error(exc, f"write the manifest {self.location}", url.bucket)
                 raise error or StorageError(f"cannot write the manifest {self.location}") from exc
             return
-        temp = f"{url.path}.nczmap-tmp-{os.urandom(6).hex()}"
+        temp = f"{path}.nczmap-tmp-{os.urandom(6).hex()}"
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(temp, "xb") as handle:
                 handle.write(data)
-            os.replace(temp, url.path)
+            os.replace(temp, path)
         except OSError as exc:
             remove_if_present(temp)
-            raise from_os_error(exc, f"cannot write the manifest {url.path!r}") from exc
+            raise from_os_error(exc, f"cannot write the manifest {path!r}") from exc
+
+    def _manifest_store(self):
+        if self._store is None:
+            self._store = _s3_store(self.url.bucket, _store_options(self.url))
+        return self._store
+
+    def _save(self) -> None:
+        if self.parquet:
+            from nczmap.manifest import kerchunk_parquet
+
+            kerchunk_parquet.dump(self.manifest, self._write_file)
+        else:
+            self._write_file(None, kerchunk_json.dump(self.manifest))
 
     # ----------------------------------------------------------------- primitives
     def _entry(self, key: str):
