@@ -289,3 +289,23 @@ def test_kerchunk_references_read_by_fsspec_and_ours_read_by_us(tmp_path):
     assert fs.cat_file("small") == b"\x00\x01\xff"
     assert fs.cat_file("ranged") == b"456789"
     assert fs.cat_file("whole") == b"0123456789abcdef"
+
+
+def test_overlapping_and_repeated_references_fill_every_buffer(tmp_path):
+    (tmp_path / BLOB).write_bytes(bytes(range(256)) * 4)
+    refs = {
+        "a": [BLOB, 0, 100],
+        "b": [BLOB, 50, 100],
+        "c": [BLOB, 0, 100],
+        "d": [BLOB, 1000, 24],
+        "e": [BLOB],
+    }
+    (tmp_path / "refs.json").write_text(json.dumps(refs))
+    data = (tmp_path / BLOB).read_bytes()
+    with nczmap.open_map((tmp_path / "refs.json").as_uri() + "#mode=zarr,manifest", "r") as zmap:
+        buffers = {key: bytearray(len(data) if key == "e" else 100) for key in ("e", "a", "b", "c", "d", "x")}
+        got = zmap.read_many_into([(f"/{key}", memoryview(buffer)) for key, buffer in buffers.items()])
+    assert got == [len(data), 100, 100, 100, 24, None]
+    assert bytes(buffers["a"]) == data[:100] and bytes(buffers["c"]) == data[:100]
+    assert bytes(buffers["b"]) == data[50:150] and bytes(buffers["d"][:24]) == data[1000:]
+    assert bytes(buffers["e"]) == data

@@ -109,7 +109,14 @@ class Variable:
         shape = tuple(len(ix) for ix in indices)
         out = self._allocate(shape)
         if out.size:
-            self._read_plan(out, chunk_plan(indices, self.layout.chunks))
+            rest, rows = out, self._whole_rows(indices)
+            if rows:  # whole chunks stacked along the first dimension: keys and places by arithmetic
+                self._read_rows(out, indices, rows)
+                done = rows * self.layout.chunks[0]
+                indices = [range(indices[0].start + done, indices[0].stop), *indices[1:]]
+                rest = out[done:]
+            if rest.size:
+                self._read_plan(rest, chunk_plan(indices, self.layout.chunks))
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out
@@ -143,21 +150,57 @@ class Variable:
                     raise FormatError(f"chunk {key!r} holds {count} bytes, expected {target.nbytes}")
         run_all(decoded, zmap.io_width)
 
-    def _decode_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
-        chunk = self.read_chunk(chunk_index)
-        out[out_index] = self.fill_scalar() if chunk is None else chunk[as_index(in_ix)]
-
-    def _direct(self, in_ix) -> bool:
+    def _raw(self) -> bool:
+        """Chunks hold the values exactly as numpy lays them out: no codecs, C order, native dtype."""
         layout = self.layout
         return (
             not layout.codecs.configs
             and layout.order == "C"
             and not self.nctype.is_text
             and layout.dtype.storage == self.dtype
-            and all(
-                isinstance(s, slice) and s.start == 0 and s.stop == c
-                for s, c in zip(in_ix, layout.chunks, strict=False)
-            )
+        )
+
+    def _whole_rows(self, indices: list[range]) -> int:
+        """How many whole chunks, from the start of the selection along the first dimension, cover full
+        (single-chunk) extents of every other dimension: such chunks are contiguous blocks of the output.
+        0 when the selection does not have that shape."""
+        chunks = self.layout.chunks
+        if self.layout.scalar or not chunks or not self._raw():
+            return 0
+        first = indices[0]
+        if first.step != 1 or first.start % chunks[0]:
+            return 0
+        for ix, size in zip(indices[1:], chunks[1:], strict=True):
+            if ix.step != 1 or ix.start % size or len(ix) != size:
+                return 0
+        return len(first) // chunks[0]
+
+    def _read_rows(self, out: np.ndarray, indices: list[range], rows: int) -> None:
+        chunks = self.layout.chunks
+        first = indices[0].start // chunks[0]
+        sep = self.layout.separator
+        tail = "".join(sep + str(ix.start // size) for ix, size in zip(indices[1:], chunks[1:], strict=True))
+        prefix = self.key + "/"
+        whole = memoryview(out).cast("B")
+        step = whole.nbytes // len(out) * chunks[0]  # bytes of one chunk's block in the output
+        requests = [
+            (f"{prefix}{first + row}{tail}", whole[row * step : (row + 1) * step]) for row in range(rows)
+        ]
+        got = self.group.root.zmap.read_many_into(requests)
+        for row, count in enumerate(got):
+            if count is None:
+                out[row * chunks[0] : (row + 1) * chunks[0]] = self.fill_scalar()
+            elif count != step:
+                raise FormatError(f"chunk {requests[row][0]!r} holds {count} bytes, expected {step}")
+
+    def _decode_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
+        chunk = self.read_chunk(chunk_index)
+        out[out_index] = self.fill_scalar() if chunk is None else chunk[as_index(in_ix)]
+
+    def _direct(self, in_ix) -> bool:
+        return self._raw() and all(
+            isinstance(s, slice) and s.start == 0 and s.stop == c
+            for s, c in zip(in_ix, self.layout.chunks, strict=False)
         )
 
     def fill_scalar(self) -> object:

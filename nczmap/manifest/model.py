@@ -203,20 +203,19 @@ class Manifest:
 
 
 def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:
-    """A kerchunk value as an entry: text (``base64:`` decoded), a JSON object, ``[url]``, or
-    ``[url, offset, length]``; ``{{name}}`` in URLs is replaced from ``templates``."""
-    if isinstance(value, str):
+    """A kerchunk value as an entry: ``[url, offset, length]``, ``[url]``, text (``base64:`` decoded) or
+    a JSON object; ``{{name}}`` in URLs is replaced from ``templates``."""
+    if type(value) is list:  # the common case first: a million of these may be resolved in a read
+        if len(value) == 3:
+            url, offset, length = value
+            if type(url) is str and type(offset) is int and type(length) is int and offset >= 0 <= length:
+                return Reference(expand(url, templates, key) if "{{" in url else url, offset, length)
+        elif len(value) == 1 and type(value[0]) is str:
+            return Reference(expand(value[0], templates, key))
+    elif isinstance(value, str):
         return base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
-    if isinstance(value, dict):
+    elif isinstance(value, dict):
         return json.dumps(value).encode("utf-8")  # a JSON object value holds its own text (as fsspec)
-    if isinstance(value, list) and value and isinstance(value[0], str):
-        url = expand(value[0], templates, key)
-        if len(value) == 1:
-            return Reference(url)
-        if len(value) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in value[1:]):
-            offset, length = value[1], value[2]
-            if offset >= 0 and length >= 0:
-                return Reference(url, offset, length)
     raise FormatError(f"manifest key {key!r}: {str(value)[:200]!r} is not a kerchunk reference")
 
 
