@@ -309,3 +309,46 @@ def test_overlapping_and_repeated_references_fill_every_buffer(tmp_path):
     assert bytes(buffers["a"]) == data[:100] and bytes(buffers["c"]) == data[:100]
     assert bytes(buffers["b"]) == data[50:150] and bytes(buffers["d"][:24]) == data[1000:]
     assert bytes(buffers["e"]) == data
+
+
+def _virtual_copy_of_a_store(tmp_path):
+    """A directory store, and a manifest referring to each of its chunk files whole."""
+    store = tmp_path / "obs.file"
+    with nczmap.create_dataset(str(store)) as ds:
+        ds.create_dimension("t", 40)
+        ds.create_variable("v", ("t",), "f4", chunks=(8,), fill_value=-1.0, data=np.arange(40) / 4)
+        ds.variables["v"].attrs["units"] = "K"
+    refs = {}
+    with nczmap.open_map(str(store), "r") as zmap:
+        for key in zmap.objects():
+            name = key[1:]
+            is_metadata = name.rsplit("/", 1)[-1].startswith(".")
+            refs[name] = zmap.read(key).decode() if is_metadata else [str(store) + key]
+    (tmp_path / "obs.json").write_text(json.dumps(refs))
+    return store, (tmp_path / "obs.json").as_uri() + "#mode=nczarr,manifest"
+
+
+def test_copy_materialises_a_manifest_into_a_real_store(tmp_path):
+    from nczmap.integrations.copy import copy
+
+    store, manifest = _virtual_copy_of_a_store(tmp_path)
+    copy(manifest, str(tmp_path / "real.file"))
+    with (
+        nczmap.open_dataset(str(tmp_path / "real.file")) as real,
+        nczmap.open_dataset(str(store)) as original,
+    ):
+        assert np.array_equal(real.variables["v"][...], original.variables["v"][...])
+        assert real.variables["v"].attrs["units"] == "K"
+
+
+def test_copy_between_manifests_copies_references_not_bytes(tmp_path):
+    from nczmap.integrations.copy import copy
+
+    store, manifest = _virtual_copy_of_a_store(tmp_path)
+    target = (tmp_path / "again.json").as_uri() + "#mode=nczarr,manifest"
+    copy(manifest, target)
+    document = json.loads((tmp_path / "again.json").read_text())
+    chunk_refs = {k: v for k, v in document["refs"].items() if not k.rsplit("/", 1)[-1].startswith(".")}
+    assert chunk_refs and all(isinstance(v, list) and v[0].endswith(k) for k, v in chunk_refs.items())
+    with nczmap.open_dataset(target) as again, nczmap.open_dataset(str(store)) as original:
+        assert np.array_equal(again.variables["v"][...], original.variables["v"][...])

@@ -255,18 +255,31 @@ class ManifestMap(ZMap):
         real, _ = authorize(url, self._base, self.containers, key)
         self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
 
+    def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
+        """Copying from another manifest copies the reference, never the bytes it points at (the
+        destination must be allowed to reach them); everything else is copied as data."""
+        if isinstance(source, ManifestMap):
+            reference = source.reference(source_key)
+            if reference is not None:
+                real, _ = source._resolve(reference.url, normalize_key(source_key))
+                self.set_reference(key, real, reference.offset, reference.length)
+                return True
+        return super().copy_from(source, source_key, key)
+
     def reference(self, key: str) -> Reference | None:
         """The reference ``key`` holds (None for inline data or nothing)."""
         entry = self.manifest.get(normalize_key(key)[1:])
         return entry if isinstance(entry, Reference) else None
 
-    def _source(self, key: str, reference: Reference) -> _Source:
-        resolved = self._resolved.get(reference.url)
+    def _resolve(self, url: str, key: str) -> tuple[str, Container]:
+        """The normalised URL and its container (AccessDenied outside every container), once per URL."""
+        resolved = self._resolved.get(url)
         if resolved is None:
-            resolved = self._resolved[reference.url] = authorize(
-                reference.url, self._base, self.containers, key
-            )
-        real, container = resolved
+            resolved = self._resolved[url] = authorize(url, self._base, self.containers, key)
+        return resolved
+
+    def _source(self, key: str, reference: Reference) -> _Source:
+        real, container = self._resolve(reference.url, key)
         with self._lock:
             source = self._sources.get(real)
             if source is None:
