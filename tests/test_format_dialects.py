@@ -8,6 +8,7 @@ subgroup ``g`` with ``double d(y) = 1.5, 2.5, 3.5``.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import struct
@@ -800,3 +801,26 @@ def test_bad_array_is_skipped_and_listed(store, key, text, reason):
     [(where, message)] = ds.problems
     assert where == "/v" and "'/v" in message and reason in message
     assert ds.groups["g"].variables["d"][...].tolist() == [1.5, 2.5, 3.5]  # the rest still reads
+
+
+# ============================================================================ zero-length dimensions
+def test_a_zero_length_dimension_is_unlimited_in_every_dialect(tmp_path):
+    """netCDF's NC_UNLIMITED is 0: libnetcdf 4.10 reads a length-0 dimension as unlimited, and so must we."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    zarr = pytest.importorskip("zarr")
+    path = tmp_path / "pz.zarr"
+    group = zarr.open_group(str(path), mode="w", zarr_format=2)
+    empty = group.create_array("v", shape=(0,), chunks=(4,), dtype="i4", fill_value=-1)
+    empty.attrs["_ARRAY_DIMENSIONS"] = ["z"]
+    url = path.as_uri() + "#mode=zarr,file"
+    with netCDF4.Dataset(url) as theirs:
+        expected = {name: (len(dim), dim.isunlimited()) for name, dim in theirs.dimensions.items()}
+    with nczmap.open_dataset(url) as ours:
+        assert {name: (d.size, d.unlimited) for name, d in ours.dimensions.items()} == expected
+    assert expected == {"z": (0, True)}
+    from nczmap.cdl import dump_cdl
+
+    with nczmap.open_dataset(url) as ours:
+        buffer = io.BytesIO()
+        dump_cdl(ours, buffer, header_only=True)
+    assert b"\tz = UNLIMITED ; // (0 currently)\n" in buffer.getvalue()

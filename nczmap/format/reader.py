@@ -48,6 +48,7 @@ _HIDDEN = frozenset(
 )
 _VISIBLE_NCZARR = frozenset(["_nczarr_maxstrlen", "_nczarr_default_maxstrlen"])
 ANONYMOUS = "_Anonymous_Dim_{}"
+# A dimension of length 0 is unlimited in netCDF (NC_UNLIMITED is 0), in every dialect, as netcdf-c reads it.
 
 
 @functools.lru_cache(maxsize=1024)
@@ -218,7 +219,7 @@ class _Reader:
                 size, unlimited = spec.get("size"), bool(spec.get("unlimited", 0))
             if not isinstance(size, int) or size < 0:
                 raise FormatError(f"dimension {name!r} of group {key!r} has no valid size: {spec!r}")
-            dimension = group.dimensions[name] = Dimension(name, int(size), unlimited, group)
+            dimension = group.dimensions[name] = Dimension(name, int(size), unlimited or not size, group)
             self.dimensions_by_path[dimension.path] = dimension
 
     def _types(self, key: str, zattrs: dict) -> dict:
@@ -308,14 +309,14 @@ class _Reader:
         dims = []
         for size in layout.shape:
             name = ANONYMOUS.format(size)
-            dims.append(root.dimensions.setdefault(name, Dimension(name, size, False, root)))
+            dims.append(root.dimensions.setdefault(name, Dimension(name, size, not size, root)))
         return dims, False
 
     @staticmethod
     def _named_dim(group: Group, name: str, size: int) -> Dimension | None:
         dim = group.dimensions.get(name)
         if dim is None:
-            dim = group.dimensions[name] = Dimension(name, size, False, group)
+            dim = group.dimensions[name] = Dimension(name, size, not size, group)
         return dim if dim.size == size else None
 
 
