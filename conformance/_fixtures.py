@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 
 def fixtures_dir() -> Path:
     override = os.environ.get("NCZMAP_NETCDF_FIXTURES")
@@ -15,6 +17,11 @@ def fixtures_dir() -> Path:
 
 
 FIXTURES = fixtures_dir()
+needs_fixtures = pytest.mark.skipif(
+    not FIXTURES.is_dir(),
+    reason=f"netcdf-c's fixtures are not at {FIXTURES}: point NCZMAP_NETCDF_FIXTURES at a copy of "
+    "netcdf-c's nczarr_test reference files",
+)
 
 
 def run_checked(cmd: list, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

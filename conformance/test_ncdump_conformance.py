@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _fixtures import FIXTURES
+from _fixtures import FIXTURES, needs_fixtures
 
 from nczmap.api import open_dataset
 from nczmap.cdl import NoSuchVariable, dump_cdl
@@ -364,12 +364,14 @@ def assert_fixture(text: bytes, name: str) -> None:
 PLATFORM_LINES = re.compile(rb"_IsNetcdf4|_Endianness|_NCProperties|_SuperblockVersion")
 
 
+@needs_fixtures
 def test_fixture_oldkeys(tmp_path) -> None:
     folder = unzip("ref_oldkeys.file.zip", tmp_path) / "ref_oldkeys.file"
     assert_fixture(ours(nczarr_url(folder)), "ref_oldkeys.cdl")
 
 
 @pytest.mark.parametrize("name", ["ref_byte", "ref_byte_fill_value_null"])
+@needs_fixtures
 def test_fixture_byte_special(tmp_path, name: str) -> None:
     """run_nczarr_fill.sh: ``ncdump -s`` with the platform-dependent lines removed (spec §8)."""
     folder = unzip(f"{name}.zarr.zip", tmp_path) / f"{name}.zarr"
@@ -378,6 +380,7 @@ def test_fixture_byte_special(tmp_path, name: str) -> None:
     assert_fixture(kept, f"{name}.cdl")
 
 
+@needs_fixtures
 def test_fixture_power_901_constants(tmp_path) -> None:
     """run_interop.sh: unzip, rename the folder to ``.file``, ``ncdump -h ...#mode=zarr,file``."""
     folder = unzip("ref_power_901_constants_orig.zip", tmp_path) / "ref_power_901_constants"
@@ -385,11 +388,13 @@ def test_fixture_power_901_constants(tmp_path) -> None:
     assert_fixture(ours(nczarr_url(folder, "zarr"), header_only=True), "ref_power_901_constants.cdl")
 
 
+@needs_fixtures
 def test_fixture_quotes(tmp_path) -> None:
     folder = unzip("ref_quotes_orig.zip", tmp_path) / "ref_quotes"
     assert_fixture(ours(nczarr_url(folder, "zarr"), header_only=True), "ref_quotes.cdl")
 
 
+@needs_fixtures
 def test_fixture_oldformat(tmp_path) -> None:
     folder = unzip("ref_oldformat.zip", tmp_path) / "ref_oldformat"
     assert_fixture(ours(nczarr_url(folder), name="ref_oldformat"), "ref_oldformat.cdl")
@@ -402,6 +407,7 @@ def test_fixture_oldformat(tmp_path) -> None:
         ("ref_quotes_orig.zip", "zarr", {"header_only": True}, "ref_quotes.cdl"),  # run_interop.sh
     ],
 )
+@needs_fixtures
 def test_fixture_read_through_the_zip_driver(
     tmp_path, archive: str, mode: str, options: dict, expected: str
 ) -> None:
