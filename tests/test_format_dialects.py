@@ -12,6 +12,8 @@ import io
 import json
 import re
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -824,3 +826,35 @@ def test_a_zero_length_dimension_is_unlimited_in_every_dialect(tmp_path):
         buffer = io.BytesIO()
         dump_cdl(ours, buffer, header_only=True)
     assert b"\tz = UNLIMITED ; // (0 currently)\n" in buffer.getvalue()
+
+
+# ============================================================================ stores that hold no dataset
+def _v3_store(path):
+    zarr = pytest.importorskip("zarr")
+    group = zarr.open_group(str(path), mode="w", zarr_format=3)
+    group.create_array("v", shape=(4,), dtype="i4", dimension_names=["x"])[:] = [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p.mkdir(), "it is empty"),
+        (lambda p: (p.mkdir(), (p / "notes.txt").write_text("x")), "it holds notes.txt"),
+        (_v3_store, "Zarr v3 store"),
+    ],
+    ids=["empty", "foreign", "zarr-v3"],
+)
+def test_a_store_without_a_dataset_is_an_error_saying_what_was_found(tmp_path, make, message):
+    path = tmp_path / "store"
+    make(path)
+    with pytest.raises(nczmap.FormatError, match=message):
+        nczmap.open_dataset(str(path))
+    result = subprocess.run(
+        [sys.executable, "-m", "nczmap", "ncdump", str(path)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1 and message in result.stderr and not result.stdout
+    from nczmap.integrations.copy import copy
+
+    with pytest.raises(nczmap.FormatError, match=message):
+        copy(str(path), str(tmp_path / "copy.file"))
+    assert not (tmp_path / "copy.file").exists()

@@ -129,6 +129,23 @@ def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
     return metadata
 
 
+def no_dataset(zmap: ZMap) -> FormatError:
+    """The error for a store whose root holds no Zarr v2 group: say what is there instead."""
+    if zmap.exists("/zarr.json"):
+        return FormatError(
+            f"{zmap.location} is a Zarr v3 store (zarr.json): nczmap reads Zarr v2 and NCZarr stores"
+        )
+    if zmap.exists("/.zarray"):
+        return FormatError(f"{zmap.location} holds a single Zarr array at its root, not a group (a dataset)")
+    names = zmap.search("/") if zmap.listable else []
+    more = ", ..." if len(names) > 5 else ""
+    seen = f" (it holds {', '.join(names[:5])}{more})" if names else " (it is empty)"
+    return FormatError(
+        f"no dataset at {zmap.location}: its root has no .zgroup, .zattrs or .zmetadata{seen}; "
+        "an interrupted copy or write leaves such a store"
+    )
+
+
 def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> Dialect:
     if isinstance(zattrs.get("_nczarr_superblock"), dict):
         return Dialect.NCZARR_ATTRIBUTES
@@ -146,10 +163,15 @@ def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     options = options or FormatOptions()
     consolidated = read_consolidated(zmap, required=options.consolidated)
     source = MetadataSource(zmap, consolidated)
-    zattrs = source.get("/.zattrs") or {}
+    found_zattrs = source.get("/.zattrs")
+    zattrs = found_zattrs or {}
     d3 = isinstance(zattrs.get("_nczarr_superblock"), dict) and not options.pure_zarr
-    zgroup = {} if d3 else source.get("/.zgroup") or {}  # D3 keeps all it needs in .zattrs: one GET less
+    found_zgroup = None if d3 else source.get("/.zgroup")  # D3 keeps all it needs in .zattrs: one GET less
+    zgroup = found_zgroup or {}
     dialect = detect_dialect(source, zgroup, zattrs)
+    nothing = found_zattrs is None and found_zgroup is None and consolidated is None
+    if nothing and dialect is Dialect.PURE_ZARR:
+        raise no_dataset(zmap)
     dataset = Dataset(zmap, dialect, options)
     dataset.consolidated = consolidated is not None
     provenance = zattrs.get("_NCProperties")
