@@ -4,6 +4,7 @@ from nczmap._version import __version__
 from nczmap.errors import (
     AccessDenied,
     DatasetExists,
+    DatasetLocked,
     DatasetNotFound,
     EmptyError,
     FormatError,
@@ -21,6 +22,7 @@ __all__ = [
     "AccessDenied",
     "Dataset",
     "DatasetExists",
+    "DatasetLocked",
     "DatasetNotFound",
     "Dialect",
     "EmptyError",

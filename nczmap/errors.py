@@ -76,6 +76,12 @@ class StorageError(NCZError, OSError):
     nc_code = -68  # NC_EIO
 
 
+class DatasetLocked(StorageError):
+    """Another writer has the dataset open for writing (nczmap's writer lock; netcdf-c has none): NC_EPERM."""
+
+    nc_code = -37
+
+
 class RangeError(NCZError, ValueError):
     """A byte range that cannot be read: negative start or count (NC_EEDGE)."""
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import random
+import shutil
 import subprocess
 import sys
+import time
 
 import netCDF4
 import numpy as np
 import pytest
+from test_file_driver import run_python
 
 import nczmap
 from nczmap.integrations.copy import copy
@@ -203,3 +208,132 @@ def test_zip_copied_onto_itself_is_refused(tmp_path, directory_store):
 def test_sibling_with_a_common_name_prefix_is_not_an_overlap(directory_store):
     copy(str(directory_store), str(directory_store) + "2")
     assert _snapshot(str(directory_store) + "2") == _snapshot(str(directory_store))
+
+
+# ---------------------------------------------------------------------------- a copy is whole or absent
+def make_store(path, chunks: int, seed: int, chunk_length: int = 1024) -> None:
+    """A directory store of one int32 variable in ``chunks`` chunks (written directly: fast to make)."""
+    with nczmap.create_dataset(str(path)) as ds:
+        ds.create_dimension("x", chunks * chunk_length)
+        ds.create_variable("v", ("x",), "i4", chunks=(chunk_length,)).attrs["seed"] = seed
+    values = np.random.default_rng(seed).integers(0, 2**31, chunks * chunk_length, dtype="<i4")
+    for index in range(chunks):
+        chunk = values[index * chunk_length : (index + 1) * chunk_length]
+        (path / "v" / str(index)).write_bytes(chunk.tobytes())
+
+
+def objects_of(path) -> dict[str, bytes]:
+    """Every object of a store, key -> bytes."""
+    return _snapshot(str(path))
+
+
+@pytest.fixture(scope="module")
+def big_source(tmp_path_factory):
+    """2000 chunks (8 MiB): copying them takes about a second, long enough to be killed half way."""
+    path = tmp_path_factory.mktemp("big") / "big.file"
+    make_store(path, chunks=2000, seed=7)
+    return path
+
+
+def _copy_process(source, destination) -> subprocess.Popen:
+    command = [sys.executable, "-m", "nczmap", "copy", str(source), str(destination)]
+    return subprocess.Popen(command, stderr=subprocess.PIPE)
+
+
+def _directory_state(directory) -> object:
+    """What is in a directory, with modification times: it changes when a copy starts writing there."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted((entry.name, entry.stat(follow_symlinks=False).st_mtime_ns) for entry in entries)
+    except FileNotFoundError:
+        return None if not os.path.exists(directory) else object()  # an entry went while being looked at
+
+
+def _start_copy(source, destination) -> subprocess.Popen:
+    """A copy process, returned once it has begun writing beside or into ``destination`` (at most 10 s)."""
+    before = _directory_state(destination.parent)
+    process = _copy_process(source, destination)
+    deadline = time.monotonic() + 10
+    while _directory_state(destination.parent) == before and process.poll() is None:
+        assert time.monotonic() < deadline, "the copy never started"
+        time.sleep(0.002)
+    return process
+
+
+def _copy_duration(source, destination) -> float:
+    """Seconds a copy runs here once it has begun writing: the span to kill copies in."""
+    process = _start_copy(source, destination)
+    started = time.monotonic()
+    assert process.wait(timeout=120) == 0, process.communicate()[1]
+    process.communicate()
+    return time.monotonic() - started
+
+
+def _state(destination) -> dict[str, bytes] | None:
+    """The destination's objects, or None when there is no dataset (and nczmap says so)."""
+    if not destination.exists():
+        with pytest.raises(nczmap.NCZError):
+            nczmap.open_dataset(str(destination)).close()
+        return None
+    return objects_of(destination)
+
+
+@pytest.mark.parametrize("suffix", ["file", "zip"])
+def test_a_killed_copy_leaves_the_destination_as_it_was_and_the_next_copy_completes(
+    tmp_path, big_source, directory_store, suffix
+):
+    rng = random.Random(f"kill a copy into a {suffix}")  # seeded: the same kill moments every run
+    parent = tmp_path / "out"
+    destination = parent / f"out.{suffix}"
+    expected = objects_of(big_source)
+    span = min(1.5, _copy_duration(big_source, tmp_path / "timing" / destination.name))  # bounded test time
+    for round_number in range(4):
+        # the first two rounds start with no dataset there, the last two with another dataset to replace
+        if round_number < 2:
+            if suffix == "file":
+                shutil.rmtree(destination, ignore_errors=True)
+            else:
+                destination.unlink(missing_ok=True)
+            before = None
+        else:
+            copy(str(directory_store), str(destination))
+            before = objects_of(destination)
+        process = _start_copy(big_source, destination)
+        time.sleep(rng.uniform(0, span))
+        process.kill()
+        process.communicate()
+        state = _state(destination)
+        assert state in (before, expected), f"round {round_number}: a partial copy is visible"
+    done = subprocess.run(
+        [sys.executable, "-m", "nczmap", "copy", str(big_source), str(destination)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert objects_of(destination) == expected
+    assert os.listdir(parent) == [destination.name]  # staging, commit and lock files of the dead are gone
+
+
+def test_a_copy_that_died_between_its_two_renames_gets_the_old_dataset_back(tmp_path, directory_store):
+    destination = tmp_path / "out" / "out.file"
+    copy(str(directory_store), str(destination))
+    before = objects_of(destination)
+    # A process dies holding the lock where a copy replacing a store is most fragile: the old store moved
+    # aside, the new one (here half built) not yet moved in.
+    died = run_python(
+        f"""
+        import os
+        from nczmap.zmap import locking
+        lock = locking.acquire({str(destination)!r})
+        os.mkdir(locking.sibling_path(lock.dataset, "copy"))
+        os.rename(lock.dataset, locking.sibling_path(lock.dataset, "old"))
+        os._exit(0)
+        """
+    )
+    assert died.returncode == 0, died.stderr
+    assert not destination.exists()
+    with nczmap.open_map(str(destination), "a"):  # the next writer puts the old store back
+        pass
+    assert objects_of(destination) == before
+    assert os.listdir(destination.parent) == ["out.file"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 
 import nczmap
 from nczmap import DatasetExists, DatasetNotFound, StorageError, open_map
+from nczmap.errors import DatasetLocked
 from nczmap.zmap.keys import TEMP_PREFIX
 
 
@@ -265,3 +267,57 @@ def test_links_that_stay_inside_are_followed_and_unlinking_a_link_leaves_its_tar
         zmap.delete("/outdir")
     assert _outside_state(outside) == before
     assert not (store / "outdir").exists()
+
+
+# ---------------------------------------------------------------------------- one writer at a time
+def test_a_writer_holds_a_lock_file_beside_the_store_and_readers_take_none(store, monkeypatch):
+    lock_file = store.parent / f"{TEMP_PREFIX}lock-ds.file"
+    with open_map(str(store), "w") as zmap:
+        zmap.write("/.zgroup", b"{}")
+        assert lock_file.read_text().startswith(f"{os.getpid()} {socket.gethostname()} ")
+        assert zmap.search("/") == [".zgroup"]
+        monkeypatch.setenv("NCZMAP_LOCK_TIMEOUT", "0")
+        with pytest.raises(DatasetLocked, match=r"ds\.file"):
+            open_map(str(store), "w")  # refused before it empties anything
+        assert zmap.read("/.zgroup") == b"{}"
+    assert not lock_file.exists()
+    with open_map(str(store), "r") as reader:
+        assert reader.read("/.zgroup") == b"{}"
+        assert not lock_file.exists()
+    assert sorted(os.listdir(store.parent)) == ["ds.file"]
+
+
+KEEPS_WRITING = """
+    import nczmap
+    zmap = nczmap.open_map({store!r}, "a")
+    while True:
+        for fill in (2, 3):
+            zmap.write("/v/0", bytes([fill]) * (16 << 20))
+"""
+
+
+def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_writer(store):
+    with open_map(str(store), "w") as zmap:
+        zmap.write("/v/0", b"\x01" * (16 << 20))
+    for _attempt in range(5):  # until the kill lands while a temporary file is being written
+        writer = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(KEEPS_WRITING.format(store=str(store)))]
+        )
+        deadline = time.monotonic() + 30
+        while not any(name.startswith(TEMP_PREFIX) for name in os.listdir(store / "v")):
+            assert time.monotonic() < deadline and writer.poll() is None
+            time.sleep(0.001)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=30)
+        if any(name.startswith(TEMP_PREFIX) for name in os.listdir(store / "v")):
+            break
+    temporaries = [name for name in os.listdir(store / "v") if name.startswith(TEMP_PREFIX)]
+    assert temporaries
+    with open_map(str(store), "r") as reader:  # readers ignore them and leave them
+        assert reader.search("/v") == ["0"]
+        assert reader.read("/v/0", 0, 1) in (b"\x01", b"\x02", b"\x03")
+    assert sorted(os.listdir(store / "v")) == sorted(["0", *temporaries])
+    with open_map(str(store), "a"):
+        pass
+    assert os.listdir(store / "v") == ["0"]
+    assert sorted(os.listdir(store.parent)) == ["ds.file"]  # the dead writer's lock file too

@@ -858,3 +858,28 @@ def test_a_store_without_a_dataset_is_an_error_saying_what_was_found(tmp_path, m
     with pytest.raises(nczmap.FormatError, match=message):
         copy(str(path), str(tmp_path / "copy.file"))
     assert not (tmp_path / "copy.file").exists()
+
+
+class _Recording(MemoryMap):
+    """A memory map that remembers the order objects were written in."""
+
+    def __init__(self, mode: str = "w") -> None:
+        super().__init__(mode)
+        self.order: list[str] = []
+
+    def _write(self, key: str, data: memoryview) -> None:
+        self.order.append(key)
+        super()._write(key, data)
+
+
+@pytest.mark.parametrize("version", ["4.8.0", "4.9.0", "4.9.2", None])
+def test_the_root_groups_metadata_is_written_last(version):
+    """A writer stopped part-way leaves a store without root metadata, which does not open as a dataset."""
+    zmap = _Recording("w")
+    ds = open_on(zmap, "w", FormatOptions(netcdf_version=version))
+    ds.create_dimension("x", 2)
+    ds.create_group("g").create_variable("w", ("x",), "i4")
+    ds.create_variable("v", ("x",), "i4")
+    ds.flush()
+    root = [i for i, key in enumerate(zmap.order) if key.count("/") == 1]
+    assert root and min(root) > max(i for i, key in enumerate(zmap.order) if key.count("/") > 1)

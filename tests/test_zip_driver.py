@@ -6,6 +6,11 @@ import asyncio
 import collections
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 import zipfile
 
 import numpy as np
@@ -15,6 +20,7 @@ from test_file_driver import run_python
 
 from nczmap import DatasetExists, DatasetNotFound, KeyNameError, StorageError, open_map
 from nczmap.zmap import zip as zip_driver
+from nczmap.zmap.keys import TEMP_PREFIX
 from nczmap.zmap.zip import find_layout
 
 
@@ -83,6 +89,10 @@ def test_crash_before_close_keeps_the_previous_archive(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert path.read_bytes() == original
+    # only the dead writer's lock file is left (no data, never listed); the next writer takes it over
+    assert sorted(os.listdir(tmp_path)) == [".nczmap-tmp-lock-ds.zip", "ds.zip"]
+    with open_map(str(path), "a"):
+        pass
     assert os.listdir(tmp_path) == ["ds.zip"]
 
 
@@ -453,3 +463,39 @@ def test_a_local_header_naming_another_member_is_an_error(tmp_path):
         assert zmap.search("/") == [".zgroup", "bb", "cc"]
         with pytest.raises(StorageError, match="local header does not match"):
             zmap.read("/cc", 0, 2)
+
+
+# ---------------------------------------------------------------------------- killed writers
+COMMITS_SLOWLY = """
+    import nczmap
+    zmap = nczmap.open_map({path!r}, "a")
+    for i in range(96):
+        zmap.write(f"/v/{{i}}", bytes([i]) * (1 << 20))
+    zmap.close()  # killed while this writes the new archive
+"""
+
+
+def test_a_killed_commit_keeps_the_archive_and_the_next_writer_removes_its_partial_file(tmp_path):
+    path = tmp_path / "ds.zip"
+    write_store(path, {"/.zgroup": b"{}", "/v/old": b"old"})
+    original = path.read_bytes()
+    writer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(COMMITS_SLOWLY.format(path=str(path)))])
+    deadline = time.monotonic() + 60
+    while not _partial_archives(tmp_path):
+        assert time.monotonic() < deadline and writer.poll() is None, "the commit was never seen"
+        time.sleep(0.001)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait(timeout=30)
+    partial = _partial_archives(tmp_path)
+    assert partial, "the kill came after the commit"
+    assert path.read_bytes() == original
+    with open_map(str(path), "r") as reader:  # readers neither see nor touch it
+        assert reader.search("/v") == ["old"]
+    assert partial[0] in os.listdir(tmp_path)
+    with open_map(str(path), "a") as zmap:
+        assert zmap.read("/v/old") == b"old"
+    assert os.listdir(tmp_path) == ["ds.zip"]
+
+
+def _partial_archives(directory) -> list[str]:
+    return [name for name in os.listdir(directory) if name.startswith(TEMP_PREFIX) and "-lock-" not in name]

@@ -69,7 +69,9 @@ class DatasetWriter:
         if not self.dirty:
             return
         zmap = self.dataset.zmap
-        for node in list(self.dirty.values()):
+        # The root group last: a store whose writing stops part-way has no root metadata, and so does not
+        # open as a (wrong) dataset.
+        for node in sorted(self.dirty.values(), key=lambda node: node is self.dataset):
             objects = (
                 objects_of.group_objects(node, self.dialect)
                 if isinstance(node, Group)

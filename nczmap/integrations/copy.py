@@ -10,16 +10,20 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 
 import numpy as np
 
-from nczmap.api import create_dataset, open_dataset
+from nczmap.api import create_dataset, format_options, open_dataset
 from nczmap.concurrency import run_each
-from nczmap.errors import DatasetExists
-from nczmap.format import Dataset, Group, Variable
+from nczmap.errors import DatasetExists, NCZError, from_os_error
+from nczmap.format import Dataset, Group, Variable, open_on
 from nczmap.url import ParsedURL, parse_url
+from nczmap.zmap import locking, open_map
+from nczmap.zmap.file import check_replaceable
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 Progress = Callable[[int, int], None]
@@ -31,9 +35,13 @@ def copy(
     """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``.
 
     A destination that is the source, lies inside it or contains it (however spelled) is refused before
-    anything is written: creating it would empty the source.
+    anything is written: creating it would empty the source. The copy appears whole or not at all where
+    the storage allows it: a directory store is built beside the destination and moved into place when
+    complete, a zip archive is committed by rename at close. Elsewhere (S3) the root group's metadata is
+    written last (as every flush does), so a copy cut short has none and does not open.
     """
     check_distinct(source, destination)
+    url = parse_url(destination)
     if _is_hdf5(source):
         from nczmap.integrations.netcdf4 import open_netcdf4
 
@@ -41,19 +49,72 @@ def copy(
     else:
         reader = open_dataset(source, "r")
     try:
-        with create_dataset(destination, netcdf_version) as target:
-            _copy_group(reader, target)
-            total = sum(_chunk_count(v) for g in target.walk() for v in g.variables.values())
-            done = 0
-            for group in reader.walk():
-                for variable in group.variables.values():
-                    dest = _counterpart(target, variable)
-                    for _ in _copy_data(variable, dest):
-                        done += 1
-                        if progress is not None:
-                            progress(done, total)
+        if url.driver == "file":
+            _copy_staged(reader, url, netcdf_version, progress)
+        else:
+            with create_dataset(url, netcdf_version) as target:
+                _copy_into(reader, target, progress)
     finally:
         reader.close()
+
+
+def _copy_into(reader: Group, target: Dataset, progress: Progress | None) -> None:
+    _copy_group(reader, target)
+    total = sum(_chunk_count(v) for g in target.walk() for v in g.variables.values())
+    done = 0
+    for group in reader.walk():
+        for variable in group.variables.values():
+            dest = _counterpart(target, variable)
+            for _ in _copy_data(variable, dest):
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+
+
+def _copy_staged(
+    reader: Group, url: ParsedURL, netcdf_version: str | None, progress: Progress | None
+) -> None:
+    """Copy into a directory store built beside the destination, then moved into place whole.
+
+    The destination's writer lock is held throughout, so a second copy (or writer) is refused or waits. A
+    killed copy leaves only its staging directory, which the next holder of the lock removes.
+    """
+    lock = locking.acquire(url.path)
+    try:
+        final = lock.dataset
+        check_replaceable(final)  # refuse before copying anything, not after
+        staging = locking.sibling_path(final, "copy")
+        zmap = open_map(replace(url, path=staging), "w", lock=False)
+        try:
+            target = open_on(zmap, "w", format_options(url, netcdf_version))
+        except BaseException:
+            zmap.abort()
+            raise
+        with target:
+            _copy_into(reader, target, progress)
+        try:
+            _move_into_place(staging, final)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    finally:
+        lock.release()
+
+
+def _move_into_place(staging: str, final: str) -> None:
+    """Rename the complete copy to ``final``; a store already there is moved aside first, then removed."""
+    try:
+        if not check_replaceable(final):
+            os.rename(staging, final)
+            return
+        old = locking.sibling_path(final, "old")
+        os.rename(final, old)
+        os.rename(staging, final)  # a crash before this leaves ``old``, which the next lock holder restores
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as exc:
+        if isinstance(exc, NCZError):
+            raise
+        raise from_os_error(exc, f"cannot move the copy into place at {final!r}") from exc
 
 
 def check_distinct(source: str, destination: str) -> None:

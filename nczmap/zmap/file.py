@@ -2,7 +2,8 @@
 
 Unlike netcdf-c: every write is atomic (temporary file in the same directory, then rename) so an overwrite
 never leaves a stale tail (netcdf-c bug 1), creating over a directory that is not a Zarr store refuses
-(bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty.
+(bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty. One
+writer at a time (:mod:`nczmap.zmap.locking`); the next writer removes the temporary files of one that died.
 
 No key reaches outside the store: symbolic links inside it are followed only while they stay inside the
 store's real directory. Every operation checks the real path of the directory it works in (once per
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import stat
 
@@ -26,31 +28,49 @@ from nczmap.errors import (
     from_os_error,
 )
 from nczmap.url import ParsedURL
-from nczmap.zmap import byteranges
+from nczmap.zmap import byteranges, locking
 from nczmap.zmap.base import STORE_MARKERS, ZMap
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, join, normalize_key, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+_TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + "[0-9a-f]{16}")  # what _replace writes before renaming
 
 
 class FileMap(ZMap):
     driver = "file"
 
-    def __init__(self, url: ParsedURL, mode: str) -> None:
+    def __init__(self, url: ParsedURL, mode: str, *, lock: bool = True) -> None:
+        """``lock=False`` skips the writer lock: only for a caller that holds the dataset's lock itself."""
         super().__init__(url, mode)
         self.root = url.path
-        self._open_root()
+        self._writer_lock: locking.WriterLock | None = None
+        try:
+            if lock and mode in ("a", "w"):
+                self._writer_lock = locking.acquire(self.root)  # before anything is created or emptied
+            self._open_root()
+            if lock and mode == "r+":
+                self._writer_lock = locking.acquire(self.root)  # once the dataset is known to exist
+            if self._writer_lock is not None and self._writer_lock.stale:
+                _remove_temporaries(self.root)
+        except BaseException:
+            if self._writer_lock is not None:
+                self._writer_lock.release()
+            raise
         self._real_root = os.path.realpath(self.root)
         self._directory_inside: dict[str, bool] = {}  # directory key -> really in the store (links only)
         self._scanned: set[str] = set()  # directory keys whose entries were checked for links
 
     # ----------------------------------------------------------------- opening
     def _open_root(self) -> None:
-        kind = _path_kind(self.root)
         if self.mode == "w":
-            self._prepare_create(kind)
-        elif kind == "missing":
+            if check_replaceable(self.root):
+                self._truncate()
+            else:
+                self._makedirs(self.root)
+            return
+        kind = _path_kind(self.root)
+        if kind == "missing":
             if self.mode != "a":
                 raise DatasetNotFound(f"no dataset at {self.root!r} (file driver)")
             self._makedirs(self.root)
@@ -59,20 +79,6 @@ class FileMap(ZMap):
                 f"{self.root!r} is a file, not a directory: the file driver needs a "
                 "directory (use mode=zip for a zip archive)"
             )
-
-    def _prepare_create(self, kind: str) -> None:
-        if kind == "missing":
-            self._makedirs(self.root)
-        elif kind != "dir":
-            raise DatasetExists(f"refusing to create a dataset over the file {self.root!r}")
-        else:
-            entries = os.listdir(self.root)
-            if entries and not any(marker in entries for marker in STORE_MARKERS):
-                raise DatasetExists(
-                    f"refusing to create a dataset in {self.root!r}: the directory is not empty and holds "
-                    "no Zarr/NCZarr store (no .zgroup, .zarray, .zattrs, .zmetadata, .nczarr, zarr.json)"
-                )
-            self._truncate()
 
     def _makedirs(self, path: str) -> None:
         try:
@@ -309,8 +315,12 @@ class FileMap(ZMap):
             raise from_os_error(exc, f"cannot truncate {self.root!r}") from exc
 
     def _close(self, delete: bool) -> None:
-        if delete:
-            shutil.rmtree(self.root, ignore_errors=True)
+        try:
+            if delete:
+                shutil.rmtree(self.root, ignore_errors=True)
+        finally:
+            if self._writer_lock is not None:
+                self._writer_lock.release()
 
     def abort(self) -> None:
         """Close; a dataset being created (mode ``w``) is removed, as netcdf-c's ``nc_abort`` does."""
@@ -326,6 +336,23 @@ def _kernel_copy(reader: int, writer: int, size: int) -> None:
         done += copied
 
 
+def check_replaceable(path: str) -> bool:
+    """Whether a directory store exists at ``path`` that creating a dataset there may replace (False:
+    nothing there); :class:`DatasetExists` if something is there that is no Zarr/NCZarr store."""
+    kind = _path_kind(path)
+    if kind == "missing":
+        return False
+    if kind != "dir":
+        raise DatasetExists(f"refusing to create a dataset over the file {path!r}")
+    entries = [name for name in os.listdir(path) if not name.startswith(TEMP_PREFIX)]
+    if entries and not any(marker in entries for marker in STORE_MARKERS):
+        raise DatasetExists(
+            f"refusing to create a dataset in {path!r}: the directory is not empty and holds "
+            "no Zarr/NCZarr store (no .zgroup, .zarray, .zattrs, .zmetadata, .nczarr, zarr.json)"
+        )
+    return True
+
+
 def _path_kind(path: str) -> str:
     try:
         st = os.stat(path)
@@ -334,6 +361,16 @@ def _path_kind(path: str) -> str:
     except OSError as exc:
         raise from_os_error(exc, f"cannot open dataset {path!r}") from exc
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _remove_temporaries(root: str) -> None:
+    """Remove the temporary files of a writer that died in the store (``_replace`` makes them)."""
+    for directory, subdirectories, files in os.walk(root):
+        # a staging directory (a copy into a dataset nested here) is not ours to sweep
+        subdirectories[:] = [name for name in subdirectories if not name.startswith(TEMP_PREFIX)]
+        for name in files:
+            if _TEMPORARY.fullmatch(name):
+                remove_if_present(os.path.join(directory, name))
 
 
 def _remove_entry(entry: os.DirEntry) -> None:

@@ -6,7 +6,9 @@ have the same shape. zarr-python ``ZipStore`` zips keep their entries at the roo
 
 Unlike every peer, overwriting or deleting never leaves duplicate members: writes are staged in an
 anonymous temporary file and the archive is rewritten at ``close`` into a temporary file that replaces the
-old one by rename, so an interrupted session leaves the previous archive intact and readable.
+old one by rename, so an interrupted session leaves the previous archive intact and readable. One writer at
+a time (:mod:`nczmap.zmap.locking`), and a commit refuses to replace an archive that changed since this map
+opened it (another program's commit), discarding this map's changes rather than that program's.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import zipfile
 import zlib
 from typing import IO, NamedTuple
 
-from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, StorageError, from_os_error
+from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, NCZError, StorageError, from_os_error
 from nczmap.url import ParsedURL
+from nczmap.zmap import locking
 from nczmap.zmap.base import STORE_MARKERS, ZMap
 from nczmap.zmap.byteranges import read_exact
 from nczmap.zmap.index import KeyIndex
@@ -64,7 +67,17 @@ class ZipMap(ZMap):
         self._staged_size = 0
         self._lock = threading.Lock()
         self._dirty = False
-        self._open_archive()
+        self._opened: tuple[int, ...] | None = None  # identity of the archive this map read (None: none)
+        self._writer_lock: locking.WriterLock | None = None
+        if mode != "r":
+            if mode == "r+" and not os.path.lexists(self.path):
+                raise DatasetNotFound(f"no zip archive at {self.path!r}")
+            self._writer_lock = locking.acquire(self.path)
+        try:
+            self._open_archive()
+        except BaseException:
+            self._release()
+            raise
         self._dirty = self._dirty or mode == "w"
 
     # ----------------------------------------------------------------- opening
@@ -79,6 +92,7 @@ class ZipMap(ZMap):
             raise DatasetExists(f"{self.path!r} is a directory, not a zip archive (use mode=file)")
         if self.mode == "w":
             self._check_clobber()
+            self._opened = _identity(self.path)
             return
         self._load()
 
@@ -100,6 +114,7 @@ class ZipMap(ZMap):
         # One open file for everything: the central directory and every member come from the same
         # archive even if another process replaces the path (as commits do) while this map is open.
         self._fd = _open_descriptor(self.path)
+        self._opened = _identity(self._fd)
         self._filesystem = _open_zip(self.path, os.dup(self._fd))
         self._archive = self._filesystem.zip
         infos = self._archive.infolist()
@@ -235,7 +250,7 @@ class ZipMap(ZMap):
     def _close(self, delete: bool) -> None:
         try:
             if delete:
-                self._release()
+                self._release_archive()
                 remove_if_present(self.path)
             elif self._dirty:
                 self._rewrite()
@@ -256,18 +271,24 @@ class ZipMap(ZMap):
 
     # ----------------------------------------------------------------- committing
     def _rewrite(self) -> None:
-        directory = os.path.dirname(self.path) or "."
-        temp = os.path.join(directory, f"{TEMP_PREFIX}{os.urandom(8).hex()}.zip")
+        target = self._writer_lock.dataset  # the real path: a symbolic link to the archive stays one
+        temp = locking.sibling_path(target, "commit")
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "wb") as handle, zipfile.ZipFile(handle, "w", allowZip64=True) as out:
                 self._write_entries(out)
-            if os.path.exists(self.path):
-                shutil.copymode(self.path, temp)
-            os.replace(temp, self.path)
+            if os.path.exists(target):
+                shutil.copymode(target, temp)
+            if _identity(target) != self._opened:
+                raise StorageError(
+                    f"{self.path!r} was changed by another writer since this map opened it: refusing to "
+                    "overwrite it, so the changes made through this map are discarded and the other "
+                    "writer's archive is kept"
+                )
+            os.replace(temp, target)
         except BaseException as exc:
             remove_if_present(temp)
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError) and not isinstance(exc, NCZError):
                 raise from_os_error(exc, f"cannot write zip archive {self.path!r}") from exc
             raise
 
@@ -323,6 +344,12 @@ class ZipMap(ZMap):
         out._didModify = True  # the stdlib's own flag: write the central directory at close
 
     def _release(self) -> None:
+        self._release_archive()
+        if self._writer_lock is not None:
+            self._writer_lock.release()
+            self._writer_lock = None
+
+    def _release_archive(self) -> None:
         if self._filesystem is not None:
             _close_zip(self._filesystem)
         if self._stage is not None:
@@ -370,6 +397,17 @@ def _root_has_other_node(folder: str, present: set[str]) -> bool:
         if top + "/" != folder and rest in (".zgroup", ".zarray", "zarr.json"):
             return True
     return False
+
+
+def _identity(file: str | int) -> tuple[int, ...] | None:
+    """What tells one archive from another at a path (or open descriptor): None when there is none."""
+    try:
+        st = os.stat(file)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise from_os_error(exc, f"cannot stat {file!r}") from exc
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _open_descriptor(path: str) -> int:
