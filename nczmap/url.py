@@ -52,6 +52,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
 _PORT = re.compile(r"[0-9]{1,5}")
 _AWS_BUCKET = re.compile(r"[a-z0-9.-]{3,63}")
+_CUSTOM_BUCKET = re.compile(r"[A-Za-z0-9._-]{1,255}")
 _GOOGLE_BUCKET = re.compile(r"[a-z0-9._-]{3,222}")
 _AWS_REGION = re.compile(r"[a-z0-9_-]+")
 # RFC 3986 pchar minus the unreserved characters quote() keeps anyway.
@@ -477,8 +478,9 @@ def _path_style(
 
 
 def _check_bucket(bucket: str, rule: re.Pattern[str] | None, shown: str) -> None:
-    """``rule`` is None for custom endpoints, which may allow names AWS forbids."""
-    if bucket in (".", "..") or (rule is not None and not rule.fullmatch(bucket)):
+    """``rule`` is None for custom endpoints: they may allow names AWS forbids (capitals, underscores,
+    longer names), but never what cannot go in a request path (blanks, '<', '%', ...)."""
+    if bucket in (".", "..") or not (rule or _CUSTOM_BUCKET).fullmatch(bucket):
         raise URLError(f"invalid bucket name {bucket!r} in {shown!r}")
 
 

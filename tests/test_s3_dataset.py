@@ -132,3 +132,10 @@ def test_conformance_corpus_round_trips_through_s3(s3_server, tmp_path, cdl):
         assert list(s3.objects()) == keys == list(b.objects())
         for key in keys:
             assert s3.read(key) == a.read(key) == b.read(key), key
+
+
+def test_a_missing_prefix_is_not_found_like_a_missing_directory(s3_server, tmp_path):
+    with pytest.raises(nczmap.DatasetNotFound):
+        nczmap.open_dataset(str(tmp_path / "absent.file"))
+    with pytest.raises(nczmap.DatasetNotFound, match="nothing is there"):
+        nczmap.open_dataset(s3_server.url())

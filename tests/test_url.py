@@ -501,7 +501,7 @@ S3_CASES = [
     ("https://[2001:DB8::1]/bucket/k", "bucket", "k", None, "https://[2001:db8::1]", "[2001:db8::1]", None),
     ("https://minio.example.org/Bucket_1/x", "Bucket_1", "x", None, "https://minio.example.org", None, None),
     ("https://ceph.lan/bk/x#aws.region=default", "bk", "x", "default", "https://ceph.lan", "ceph.lan", None),
-    ("https://minio.lan/b%20k/x", "b k", "x", None, "https://minio.lan", None, None),
+    ("https://minio.lan/b_k/x%20y", "b_k", "x y", None, "https://minio.lan", None, None),
     # Google
     (
         "https://storage.googleapis.com/bucket/a",
@@ -640,7 +640,7 @@ def test_bad_s3_urls(text: str, message: str) -> None:
         ("https://data.s3.r1.example.org/k", "https://s3.r1.example.org/data/k#mode=nczarr,s3"),
         ("http://127.0.0.1:9000/bucket/k?x=1#zarr", "http://127.0.0.1:9000/bucket/k#mode=zarr,nczarr,s3"),
         ("gs3://bucket/k", "https://storage.googleapis.com/bucket/k#mode=nczarr,s3"),
-        ("http://minio/b%20k/a%23b", "http://minio/b%20k/a%23b#mode=nczarr,s3"),
+        ("http://minio/b_k/a%23b%20c", "http://minio/b_k/a%23b%20c#mode=nczarr,s3"),
     ],
 )
 def test_geturl(text: str, url: str) -> None:
@@ -894,3 +894,14 @@ def test_file_urls_round_trip(
     assert set(words) <= set(p.modes)
     assert p.driver in ("file", "zip")
     _assert_round_trip(p)
+
+
+@pytest.mark.parametrize("bucket", ["my bucket", "a<b", "a%3Cb", "a%20b", "x" * 256])
+def test_custom_endpoint_bucket_names_that_cannot_be_requested_are_refused(bucket: str) -> None:
+    with pytest.raises(URLError, match="invalid bucket name"):
+        parse_url(f"http://127.0.0.1:9000/{bucket}/key#mode=nczarr,s3")
+
+
+@pytest.mark.parametrize("bucket", ["My_Bucket", "b", "a.b-c_d"])
+def test_custom_endpoint_bucket_names_aws_forbids_but_servers_allow(bucket: str) -> None:
+    assert parse_url(f"http://127.0.0.1:9000/{bucket}/key#mode=nczarr,s3").bucket == bucket

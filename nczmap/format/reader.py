@@ -14,7 +14,7 @@ import gc
 import warnings
 
 from nczmap.concurrency import run_bounded
-from nczmap.errors import EmptyError, FormatError
+from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset, FormatOptions
 from nczmap.format.dialects import Dialect
@@ -129,7 +129,7 @@ def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
     return metadata
 
 
-def no_dataset(zmap: ZMap) -> FormatError:
+def no_dataset(zmap: ZMap) -> NCZError:
     """The error for a store whose root holds no Zarr v2 group: say what is there instead."""
     if zmap.exists("/zarr.json"):
         return FormatError(
@@ -138,8 +138,10 @@ def no_dataset(zmap: ZMap) -> FormatError:
     if zmap.exists("/.zarray"):
         return FormatError(f"{zmap.location} holds a single Zarr array at its root, not a group (a dataset)")
     names = zmap.search("/") if zmap.listable else []
+    if not names:  # nothing there at all: as missing as a directory that does not exist
+        return DatasetNotFound(f"no dataset at {zmap.location}: nothing is there")
     more = ", ..." if len(names) > 5 else ""
-    seen = f" (it holds {', '.join(names[:5])}{more})" if names else " (it is empty)"
+    seen = f" (it holds {', '.join(names[:5])}{more})"
     return FormatError(
         f"no dataset at {zmap.location}: its root has no .zgroup, .zattrs or .zmetadata{seen}; "
         "an interrupted copy or write leaves such a store"
