@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import subprocess
 import sys
 import time
+import warnings
 
 import netCDF4
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 from test_file_driver import run_python
 
 import nczmap
+from nczmap.format.writer import UnfilteredWarning
 from nczmap.integrations.copy import copy
 
 
@@ -337,3 +340,44 @@ def test_a_copy_that_died_between_its_two_renames_gets_the_old_dataset_back(tmp_
         pass
     assert objects_of(destination) == before
     assert os.listdir(destination.parent) == ["out.file"]
+
+
+@pytest.fixture
+def compressed_nc(tmp_path):
+    path = tmp_path / "compressed.nc"
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("x", 50)
+        v = ds.createVariable("v", "f8", ("x",), zlib=True, shuffle=True, chunksizes=(10,))
+        v[:] = np.linspace(0, 1, 50)
+        ds.createVariable("plain", "i2", ("x",))[:] = np.arange(50)
+    return path
+
+
+@pytest.mark.skipif(
+    shutil.which("ncdump") is None, reason="netcdf-c's ncdump (Debian netcdf-bin) is not installed"
+)
+def test_copies_for_4_9_0_drop_filters_it_cannot_decode_so_its_ncdump_prints_the_values(
+    tmp_path, compressed_nc
+):
+    destination = tmp_path / "for-4.9.0.file"
+    with pytest.warns(UnfilteredWarning, match=r"/v: .*4\.8\.1-4\.9\.0.*\(shuffle, zlib\).*--keep-filters"):
+        copy(str(compressed_nc), str(destination), "4.9.0")
+    zarray = json.loads((destination / "v" / ".zarray").read_text())
+    assert zarray["compressor"] is None and not zarray["filters"]
+    ours = subprocess.run(
+        ["ncdump", "-v", "v", f"file://{destination}#mode=nczarr,file"], capture_output=True
+    )
+    theirs = subprocess.run(["ncdump", "-v", "v", str(compressed_nc)], capture_output=True)
+    assert ours.returncode == 0 and theirs.returncode == 0
+    assert ours.stdout.split(b"data:")[1] == theirs.stdout.split(b"data:")[1]
+
+
+def test_keep_filters_keeps_them_for_builds_with_the_plugins(tmp_path, compressed_nc):
+    destination = tmp_path / "kept.file"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnfilteredWarning)
+        copy(str(compressed_nc), str(destination), "4.9.0", keep_filters=True)
+        copy(str(compressed_nc), str(tmp_path / "default.file"))  # 4.9.3 and later decode them
+    assert json.loads((destination / "v" / ".zarray").read_text())["compressor"]["id"] == "zlib"
+    with nczmap.open_dataset(str(destination)) as ds:
+        assert np.array_equal(ds.variables["v"][...], np.linspace(0, 1, 50))

@@ -17,6 +17,7 @@ class FormatOptions:
     xarray: bool = True  # the _ARRAY_DIMENSIONS convention (mode=noxarray turns it off)
     consolidated: bool = False  # /.zmetadata must be there, and is kept up to date
     netcdf_version: str | None = None  # the netcdf-c release that must read a new dataset
+    keep_filters: bool = False  # keep compression even where that release, as distributed, cannot decode it
     name: str = "dataset"  # the dataset name ncdump prints
 
 

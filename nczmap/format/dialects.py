@@ -59,6 +59,12 @@ class Dialect(enum.StrEnum):
         return self.reads_strings
 
     @property
+    def decodes_filters(self) -> bool:
+        """The releases writing it read compressed chunks as distributed: 4.8.x and 4.9.0 (Debian's
+        netcdf-bin among them) have no codec plugins for NCZarr and print compressed bytes as values."""
+        return self.reads_strings
+
+    @property
     def char_dtype(self) -> str:
         """The dtype of NC_CHAR variables and attributes (4.8.x and 4.9.0 wrote ``<U1``)."""
         return ">S1" if self.reads_strings else "<U1"

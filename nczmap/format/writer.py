@@ -26,6 +26,10 @@ from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, ParsedDtype, type
 from nczmap.format.variable import ArrayLayout, Variable
 
 DEFAULT = object()  # "use netCDF's default fill value"
+
+
+class UnfilteredWarning(UserWarning):
+    """A variable's compression was dropped because the target netcdf-c release cannot decode it."""
 TARGET_CHUNK_BYTES = 4 << 20
 _BAD_NAME = re.compile(r"[/\x00-\x1f\x7f]")
 
@@ -220,6 +224,16 @@ def create_variable(
         codecs.filters.append({"id": "shuffle", "elementsize": storage.itemsize})
     if compression is not None:
         codecs.compressor = _compressor(compression, compression_opts)
+    if codecs.configs and not writer.dialect.decodes_filters and not writer.dataset.options.keep_filters:
+        names = ", ".join(str(config.get("id")) for config in codecs.configs)
+        warnings.warn(
+            f"variable {group.path.rstrip('/')}/{name}: netcdf-c {writer.dialect.releases} as distributed "
+            f"cannot decode compressed NCZarr chunks, so it is written without its filters ({names}); "
+            "keep them with keep_filters=True (--keep-filters) for builds that have the codec plugins",
+            UnfilteredWarning,
+            stacklevel=3,
+        )
+        codecs = CodecChain(itemsize=storage.itemsize)
     parsed = ParsedDtype(
         nctype,
         storage,

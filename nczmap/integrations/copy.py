@@ -20,7 +20,7 @@ import numpy as np
 from nczmap.api import create_dataset, format_options, open_dataset
 from nczmap.concurrency import run_each
 from nczmap.errors import DatasetExists, NCZError, from_os_error
-from nczmap.format import Dataset, Group, Variable, open_on
+from nczmap.format import Dataset, FormatOptions, Group, Variable, open_on
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import locking, open_map
 from nczmap.zmap.file import check_replaceable
@@ -30,7 +30,12 @@ Progress = Callable[[int, int], None]
 
 
 def copy(
-    source: str, destination: str, netcdf_version: str | None = None, progress: Progress | None = None
+    source: str,
+    destination: str,
+    netcdf_version: str | None = None,
+    progress: Progress | None = None,
+    *,
+    keep_filters: bool = False,
 ) -> None:
     """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``.
 
@@ -50,9 +55,9 @@ def copy(
         reader = open_dataset(source, "r")
     try:
         if url.driver == "file":
-            _copy_staged(reader, url, netcdf_version, progress)
+            _copy_staged(reader, url, format_options(url, netcdf_version, keep_filters), progress)
         else:
-            with create_dataset(url, netcdf_version) as target:
+            with create_dataset(url, netcdf_version, keep_filters=keep_filters) as target:
                 _copy_into(reader, target, progress)
     finally:
         reader.close()
@@ -71,9 +76,7 @@ def _copy_into(reader: Group, target: Dataset, progress: Progress | None) -> Non
                     progress(done, total)
 
 
-def _copy_staged(
-    reader: Group, url: ParsedURL, netcdf_version: str | None, progress: Progress | None
-) -> None:
+def _copy_staged(reader: Group, url: ParsedURL, options: FormatOptions, progress: Progress | None) -> None:
     """Copy into a directory store built beside the destination, then moved into place whole.
 
     The destination's writer lock is held throughout, so a second copy (or writer) is refused or waits. A
@@ -86,7 +89,7 @@ def _copy_staged(
         staging = locking.sibling_path(final, "copy")
         zmap = open_map(replace(url, path=staging), "w", lock=False)
         try:
-            target = open_on(zmap, "w", format_options(url, netcdf_version))
+            target = open_on(zmap, "w", options)
         except BaseException:
             zmap.abort()
             raise
