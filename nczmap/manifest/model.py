@@ -190,6 +190,9 @@ class Manifest:
         start = prefix + "/" if prefix else ""
         for key in [k for k in self.entries if k == prefix or k.startswith(start)]:
             del self.entries[key]
+        table, flat = self._chunk(prefix)
+        if table is not None:  # one chunk of an array's table
+            table.set(flat, None)
         for array in [a for a in self.arrays if a == prefix or a.startswith(start) or not prefix]:
             del self.arrays[array]
         self._sorted = None
