@@ -75,7 +75,7 @@ class ArrayReferences:
     def position(self, name: str) -> int | None:
         """The flat index of chunk ``name`` (``"3.4"``), or None if it is no chunk of this grid."""
         parts = name.split(self.separator)
-        if len(parts) != max(len(self.grid), 1) or not all(p.isdigit() for p in parts):
+        if len(parts) != max(len(self.grid), 1) or not all(p.isascii() and p.isdigit() for p in parts):
             return None
         indices = [int(p) for p in parts]
         grid = self.grid or (1,)
@@ -151,27 +151,43 @@ class Manifest:
         return (table, flat) if flat is not None else (None, 0)
 
     def sorted_keys(self) -> list[str]:
-        """Every key that holds something, sorted (computed once per change)."""
+        """Every key that holds something, sorted (chunks of every table included: for writing out)."""
+        names = self.loose_keys()
+        if not self.arrays:
+            return names
+        for array, table in self.arrays.items():
+            names = names + [f"{array}/{table.name(flat)}" for flat in table.present()]
+        return sorted(names)
+
+    def loose_keys(self) -> list[str]:
+        """The keys of ``entries``, sorted once per change (tables' chunks are not among them)."""
         if self._sorted is None:
-            names = [k for k, v in self.entries.items() if v is not None]
-            for array, table in self.arrays.items():
-                names.extend(f"{array}/{table.name(flat)}" for flat in table.present())
-            self._sorted = sorted(names)
+            self._sorted = sorted(k for k, v in self.entries.items() if v is not None)
         return self._sorted
 
     def children(self, prefix: str) -> list[str]:
-        """Sorted names directly under ``prefix`` ("" for the root), found by skipping through the sorted
-        keys: a group's listing costs a few bisections per child, not a pass over a million chunks."""
-        keys = self.sorted_keys()
+        """Sorted names directly under ``prefix`` ("" for the root). Loose keys are found by skipping
+        through them sorted (a few bisections per child); a table's chunks are listed only when ``prefix``
+        is its array, so listing a group never expands a million chunk names."""
+        keys = self.loose_keys()
         start = prefix + "/" if prefix else ""
-        names: list[str] = []
+        names: set[str] = set()
         at = bisect.bisect_left(keys, start)
         while at < len(keys) and keys[at].startswith(start):
             name, slash, _ = keys[at][len(start) :].partition("/")
-            names.append(name)
+            names.add(name)
             # keys below start + name lie in [start + name + "/", start + name + "0"): "0" follows "/"
             at = bisect.bisect_left(keys, start + name + "0", at) if slash else at + 1
-        return sorted(set(names))
+        for array, table in self.arrays.items():
+            if array == prefix:
+                names.update(table.name(flat) for flat in table.present())
+            elif array.startswith(start):
+                names.add(array[len(start) :].partition("/")[0])
+        return sorted(names)
+
+    def directories(self) -> list[str]:
+        """The keys of arrays held in tables (directories of their chunks)."""
+        return list(self.arrays)
 
     # ----------------------------------------------------------------- changes
     def set(self, key: str, entry: Entry | None) -> None:

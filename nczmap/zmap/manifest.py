@@ -207,8 +207,10 @@ class ManifestMap(ZMap):
         """Every key, as a tree (built at the first change: reading never needs it)."""
         if self._index is None:
             self._index = KeyIndex()
-            for name in self.manifest.sorted_keys():
+            for name in self.manifest.loose_keys():
                 self._index.add("/" + name)
+            for array in self.manifest.directories():  # its chunks are leaves: the directory is enough
+                self._index.add_directory("/" + array)
         return self._index
 
     def _delete(self, key: str) -> None:
@@ -250,8 +252,11 @@ class ManifestMap(ZMap):
         key = self._key(key, writing=True)
         if key == ROOT:
             raise DataError(f"cannot set a reference at the root of {self.location}")
-        if offset < 0 or (length < 0 and length != WHOLE):
-            raise DataError(f"reference for {key!r}: bad range offset={offset} length={length}")
+        if offset < 0 or (length < 0 and length != WHOLE) or (length == WHOLE and offset):
+            raise DataError(
+                f"reference for {key!r}: bad range offset={offset} length={length} (a whole object "
+                "starts at 0; give a length with an offset)"
+            )
         real, _ = authorize(url, self._base, self.containers, key)
         self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
 
