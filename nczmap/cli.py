@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from nczmap.errors import NCZError
 
 
+def _grants(args: argparse.Namespace, url: str) -> dict[str, object]:
+    """``containers=`` for the driver when ``--allow`` was given (only manifests accept it)."""
+    if not args.allow:
+        return {}
+    from nczmap.errors import URLError
+    from nczmap.url import parse_url
+
+    if parse_url(url).driver != "manifest":
+        raise URLError(f"--allow grants sources to manifests, and {url!r} is not one (#mode=...,manifest)")
+    # a relative directory is taken from the working directory (containers are absolute prefixes)
+    return {"containers": [p if "://" in p else os.path.abspath(p) + "/" for p in args.allow]}
+
+
 def _search(args: argparse.Namespace) -> None:
     from nczmap.zmap import open_map
 
-    with open_map(args.url, "r") as zmap:
+    with open_map(args.url, "r", **_grants(args, args.url)) as zmap:
         for name in zmap.search(args.prefix):
             _write_line(name.encode("utf-8", "surrogateescape"))
 
@@ -21,16 +35,46 @@ def _dump(args: argparse.Namespace) -> None:
     from nczmap.zmap import open_map
     from nczmap.zmap.objdump import dump_records
 
-    with open_map(args.url, "r") as zmap:
+    with open_map(args.url, "r", **_grants(args, args.url)) as zmap:
         elide = args.header or args.type is None
         for record in dump_records(zmap, args.type or "ubyte", elide):
             _write_line(record)
 
 
 def _copy(args: argparse.Namespace) -> None:
+    import inspect
+
     from nczmap.integrations.copy import copy, terminal_progress
 
-    copy(args.source, args.destination, args.netcdf_version, terminal_progress())
+    options: dict[str, object] = {}
+    if args.allow:
+        if "containers" not in inspect.signature(copy).parameters:
+            raise NCZError(
+                "nczmap copy cannot pass --allow grants to its source yet: copy from a manifest kept in its "
+                "sources' directory (granted by default)"
+            )
+        options = _grants(args, args.source)
+    copy(args.source, args.destination, args.netcdf_version, terminal_progress(), **options)
+
+
+def _virtualize(args: argparse.Namespace) -> None:
+    import warnings
+
+    from nczmap.integrations.copy import terminal_progress
+    from nczmap.integrations.virtualize import VirtualizeWarning, virtualize
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", VirtualizeWarning)  # reported below, one line each
+        result = virtualize(
+            args.sources,
+            args.destination,
+            concat=args.concat,
+            allow=args.allow or (),
+            netcdf_version=args.netcdf_version,
+            progress=terminal_progress(),
+        )
+    for refusal in result.refused:
+        print(f"nczmap: warning: {refusal}", file=sys.stderr)
 
 
 def _ncdump(args: argparse.Namespace) -> None:
@@ -38,7 +82,7 @@ def _ncdump(args: argparse.Namespace) -> None:
     from nczmap.cdl import dump_cdl
 
     variables = [name for name in args.variables.split(",") if name] if args.variables else None
-    with open_dataset(args.url, "r") as dataset:
+    with open_dataset(args.url, "r", **_grants(args, args.url)) as dataset:
         dump_cdl(
             dataset,
             sys.stdout.buffer,
@@ -56,13 +100,26 @@ def _write_line(data: bytes) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nczmap", description="NCZarr storage (zmap) tools")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    grants = argparse.ArgumentParser(add_help=False)  # --allow, shared by the commands reading manifests
+    grants.add_argument(
+        "--allow",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="a directory (file:///data/, /data/) or S3 prefix (s3://bucket/path/) a manifest's references "
+        "may be read under, besides the manifest's own directory (repeatable)",
+    )
 
-    search = commands.add_parser("search", help="list the immediate children of a key, one name a line")
+    search = commands.add_parser(
+        "search", help="list the immediate children of a key, one name a line", parents=[grants]
+    )
     search.add_argument("url", help="dataset URL, e.g. file:///data/x.zip#mode=nczarr,zip, or a path")
     search.add_argument("prefix", nargs="?", default="/", help="key whose children to list (default /)")
     search.set_defaults(run=_search)
 
-    dump = commands.add_parser("dump", help="print every object of the key tree (zmapio objdump format)")
+    dump = commands.add_parser(
+        "dump", help="print every object of the key tree (zmapio objdump format)", parents=[grants]
+    )
     dump.add_argument("url", help="dataset URL or path")
     dump.add_argument(
         "-t",
@@ -76,7 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.set_defaults(run=_dump)
 
-    copier = commands.add_parser("copy", help="copy a dataset (or a netCDF-4 file) to another URL")
+    copier = commands.add_parser(
+        "copy", help="copy a dataset (or a netCDF-4 file) to another URL", parents=[grants]
+    )
     copier.add_argument("source", help="dataset URL or path, or a netCDF-4/HDF5 file")
     copier.add_argument("destination", help="URL or path of the new dataset (.zip paths make a zip)")
     copier.add_argument(
@@ -87,7 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
     copier.set_defaults(run=_copy)
 
     ncdump = commands.add_parser(
-        "ncdump", help="print the dataset as CDL, exactly like netcdf-c's ncdump", add_help=False
+        "ncdump",
+        help="print the dataset as CDL, exactly like netcdf-c's ncdump",
+        add_help=False,
+        parents=[grants],
     )
     ncdump.add_argument("url", help="dataset URL (e.g. file:///data/x.file#mode=nczarr,file) or path")
     ncdump.add_argument("--help", action="help", help="show this help message and exit")
@@ -100,6 +162,29 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", dest="variables", default=None, metavar="VAR,...", help="data of these variables only"
     )
     ncdump.set_defaults(run=_ncdump)
+
+    virtual = commands.add_parser(
+        "virtualize",
+        help="write a manifest (kerchunk JSON) presenting netCDF-4/HDF5 files as NCZarr, copying no data",
+    )
+    virtual.add_argument("sources", nargs="+", metavar="SRC", help="netCDF-4/HDF5 files")
+    virtual.add_argument("destination", metavar="DST", help="the manifest: a path or URL, e.g. refs.json")
+    virtual.add_argument(
+        "--concat", default=None, metavar="DIM", help="join several files along this dimension (e.g. time)"
+    )
+    virtual.add_argument(
+        "--allow",
+        action="append",
+        default=None,
+        metavar="PREFIX",
+        help="where the references may point (repeatable; default: each source's directory)",
+    )
+    virtual.add_argument(
+        "--netcdf-version",
+        default=None,
+        help="netcdf-c release that must read the result (4.8.0, 4.9.0, 4.9.2; default 4.9.3+)",
+    )
+    virtual.set_defaults(run=_virtualize)
     return parser
 
 
