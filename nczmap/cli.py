@@ -42,19 +42,16 @@ def _dump(args: argparse.Namespace) -> None:
 
 
 def _copy(args: argparse.Namespace) -> None:
-    import inspect
-
     from nczmap.integrations.copy import copy, terminal_progress
 
-    options: dict[str, object] = {}
-    if args.allow:
-        if "containers" not in inspect.signature(copy).parameters:
-            raise NCZError(
-                "nczmap copy cannot pass --allow grants to its source yet: copy from a manifest kept in its "
-                "sources' directory (granted by default)"
-            )
-        options = _grants(args, args.source)
-    copy(args.source, args.destination, args.netcdf_version, terminal_progress(), **options)
+    copy(
+        args.source,
+        args.destination,
+        args.netcdf_version,
+        terminal_progress(),
+        keep_filters=args.keep_filters,
+        **_grants(args, args.source),
+    )
 
 
 def _virtualize(args: argparse.Namespace) -> None:
@@ -142,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--netcdf-version",
         default=None,
         help="netcdf-c release that must read the result (4.8.0, 4.9.0, 4.9.2; default 4.9.3+)",
+    )
+    copier.add_argument(
+        "--keep-filters",
+        action="store_true",
+        help="keep compression for releases (4.9.0 and earlier) that decode it only with codec plugins",
     )
     copier.set_defaults(run=_copy)
 

@@ -526,7 +526,8 @@ def _make(
     region = location.region
     if location.kind == S3 and region is None:
         region = fragment.get("aws.region") or None
-    driver = next(word for word in modes if word in DRIVERS)
+    drivers = [word for word in modes if word in DRIVERS]
+    driver = next((word for word in drivers if DRIVERS[word].layered), drivers[0])  # "file,manifest"
     return ParsedURL(
         original=original,
         scheme=location.scheme,

@@ -905,3 +905,9 @@ def test_custom_endpoint_bucket_names_that_cannot_be_requested_are_refused(bucke
 @pytest.mark.parametrize("bucket", ["My_Bucket", "b", "a.b-c_d"])
 def test_custom_endpoint_bucket_names_aws_forbids_but_servers_allow(bucket: str) -> None:
     assert parse_url(f"http://127.0.0.1:9000/{bucket}/key#mode=nczarr,s3").bucket == bucket
+
+
+@pytest.mark.parametrize("fragment", ["mode=nczarr,file,manifest", "mode=manifest,file", "mode=zarr,manifest"])
+def test_a_layered_driver_is_chosen_beside_its_locations_own_word(fragment: str) -> None:
+    assert parse_url(f"file:///data/refs.json#{fragment}").driver == "manifest"
+    assert parse_url("/data/refs.json#mode=nczarr").with_modes("manifest").driver == "manifest"

@@ -541,8 +541,18 @@ def test_a_moved_manifest_reads_only_with_its_sources_granted(tmp_path):
     assert granted.returncode == 0, granted.stderr
     if NCDUMP is not None:
         assert granted.stdout.replace(b"netcdf refs", b"netcdf data") == run(NCDUMP, source)
-    for command in (["search", manifest_url(moved), "/field"], ["dump", "-H", manifest_url(moved)]):
+    copied = tmp_path / "copied.file"
+    for command in (
+        ["search", manifest_url(moved), "/field"],
+        ["dump", "-H", manifest_url(moved)],
+        ["copy", manifest_url(moved), copied],
+    ):
         assert nczmap_command(*command, "--allow", f"file://{data}/").returncode == 0
+    with (
+        nczmap.open_dataset(str(copied)) as real,
+        nczmap.open_dataset(manifest_url(moved), containers=[data]) as v,
+    ):
+        assert np.array_equal(real.variables["field"][...], v.variables["field"][...])
     not_a_manifest = nczmap_command("ncdump", "--allow", data, source)
     assert not_a_manifest.returncode == 1 and b"--allow" in not_a_manifest.stderr
 

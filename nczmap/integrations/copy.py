@@ -36,6 +36,7 @@ def copy(
     progress: Progress | None = None,
     *,
     keep_filters: bool = False,
+    containers: object = None,
 ) -> None:
     """Copy ``source`` (a URL or a netCDF-4 file) to a new dataset at ``destination``.
 
@@ -44,6 +45,8 @@ def copy(
     the storage allows it: a directory store is built beside the destination and moved into place when
     complete, a zip archive is committed by rename at close. Elsewhere (S3) the root group's metadata is
     written last (as every flush does), so a copy cut short has none and does not open.
+    ``containers`` grants a manifest source more places to read from; ``keep_filters`` keeps compression
+    that the target release cannot decode as distributed (``UnfilteredWarning`` otherwise).
     """
     check_distinct(source, destination)
     url = parse_url(destination)
@@ -52,7 +55,7 @@ def copy(
 
         reader = open_netcdf4(source)
     else:
-        reader = open_dataset(source, "r")
+        reader = open_dataset(source, "r", **({"containers": containers} if containers else {}))
     try:
         if url.driver == "file":
             _copy_staged(reader, url, format_options(url, netcdf_version, keep_filters), progress)

@@ -257,7 +257,7 @@ class ManifestMap(ZMap):
                 f"reference for {key!r}: bad range offset={offset} length={length} (a whole object "
                 "starts at 0; give a length with an offset)"
             )
-        real, _ = authorize(url, self._base, self.containers, key)
+        real, _ = self._resolve(url, key)
         self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
 
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
