@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
+from nczmap._version import __version__
 from nczmap.errors import NCZError
 
 
@@ -68,7 +70,7 @@ def _virtualize(args: argparse.Namespace) -> None:
             concat=args.concat,
             allow=args.allow or (),
             netcdf_version=args.netcdf_version,
-            progress=terminal_progress(),
+            progress=terminal_progress("virtualizing", unit="chunks"),
         )
     for refusal in result.refused:
         print(f"nczmap: warning: {refusal}", file=sys.stderr)
@@ -96,6 +98,7 @@ def _write_line(data: bytes) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nczmap", description="NCZarr storage (zmap) tools")
+    parser.add_argument("--version", action="version", version=f"nczmap {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     grants = argparse.ArgumentParser(add_help=False)  # --allow, shared by the commands reading manifests
     grants.add_argument(
@@ -190,8 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Warnings as users of a command want them: one line, no Python source location."""
+    print(f"nczmap: warning: {message}", file=file or sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.showwarning = _one_line_warning
     try:
         args.run(args)
         sys.stdout.flush()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -120,3 +121,59 @@ def test_ncdump_header_never_imports_numpy(tmp_path):
         imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.decode().splitlines()]
         assert "numpy" not in imported
         assert result.stdout == expected
+
+
+def test_version():
+    import nczmap
+
+    result = subprocess.run([sys.executable, "-m", "nczmap", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.strip() == f"nczmap {nczmap.__version__}"
+
+
+def test_warnings_are_one_clean_line(tmp_path):
+    """A skipped array warns without a Python source path or line."""
+    store = tmp_path / "ds.file"
+    (store / "v").mkdir(parents=True)
+    (store / ".zgroup").write_text('{"zarr_format": 2}')
+    (store / "v" / ".zarray").write_text('{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<c16"}')
+    result = subprocess.run(
+        [sys.executable, "-m", "nczmap", "ncdump", "-h", str(store)], capture_output=True, text=True
+    )
+    assert result.returncode == 0
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nczmap: warning: skipping array '/v'"), lines
+    assert ".py" not in result.stderr
+
+
+def test_copy_progress_on_a_terminal_shows_bytes_rate_and_time_left(tmp_path):
+    import pty
+
+    store = tmp_path / "ds.file"
+    import nczmap
+
+    with nczmap.create_dataset(str(store)) as ds:
+        ds.create_dimension("x", 4096)
+        ds.create_variable("v", ("x",), "f8", chunks=(256,), data=range(4096))
+    leader, follower = pty.openpty()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "nczmap", "copy", str(store), str(tmp_path / "copy.file")],
+            stderr=follower,
+            stdout=subprocess.PIPE,
+            check=False,
+        )
+        os.close(follower)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(leader)
+    assert result.returncode == 0
+    last = shown.decode().replace("\r\n", "\n").split("\r")[-1]
+    assert "100%" in last and "32.0 KiB/32.0 KiB" in last and "/s" in last and "left" in last

@@ -36,16 +36,66 @@ class CodecChain:
         except (ValueError, KeyError, TypeError) as exc:
             raise FormatError(f"{where} has unsupported codec: ({config.get('id')})") from exc
 
-    def decode(self, data: bytes, where: str):
-        """The decoded bytes as a buffer (bytes or a numpy array)."""
-        for codec in reversed(self._instances(where)):
+    def decode(self, data: bytes, where: str, limit: int | None = None):
+        """The decoded bytes as a buffer (bytes or a numpy array).
+
+        ``limit`` (the chunk's size in bytes) bounds every stage: a compressed chunk that would inflate
+        beyond it fails before the memory is taken, as a zip bomb of a chunk should.
+        """
+        for codec, config in reversed(list(zip(self._instances(where), self.configs, strict=True))):
+            name = config.get("id")
             try:
-                data = codec.decode(data)
+                data = _bounded_decode(codec, name, data, limit)
+            except FormatError as exc:
+                raise FormatError(f"cannot decode {where} with {name}: {exc}") from None
             except Exception as exc:  # numcodecs raises many unrelated types on corrupt input
-                raise FormatError(f"cannot decode {where} with {codec!r}: {exc}") from exc
+                raise FormatError(f"cannot decode {where} with {name}: {exc}") from exc
+            if limit is not None and memoryview(data).nbytes > limit:
+                raise FormatError(f"cannot decode {where} with {name}: more than the chunk's {limit} bytes")
         return data
 
     def encode(self, data: bytes, where: str) -> bytes:
         for codec in self._instances(where):
             data = codec.encode(data)
         return bytes(data) if not isinstance(data, bytes) else data
+
+
+_ZLIB_WINDOWS = {"zlib": 15, "gzip": 31}
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def _bounded_decode(codec, name: str | None, data, limit: int | None):
+    """``codec.decode(data)``, refusing output beyond ``limit`` bytes without producing it first."""
+    if limit is None:
+        return codec.decode(data)
+    if name in _ZLIB_WINDOWS:
+        import zlib
+
+        inflater = zlib.decompressobj(_ZLIB_WINDOWS[name])
+        out = inflater.decompress(data, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise FormatError(f"it inflates beyond the chunk's {limit} bytes")
+        return out
+    claimed = _claimed_size(name, data)
+    if claimed is not None and claimed > limit:
+        raise FormatError(f"it claims {claimed} bytes, more than the chunk's {limit}")
+    return codec.decode(data)
+
+
+def _claimed_size(name: str | None, data) -> int | None:
+    """The decoded size a blosc or zstd frame announces in its header (None if it announces none)."""
+    raw = memoryview(data).cast("B")
+    if name == "blosc" and len(raw) >= 16:
+        return int.from_bytes(raw[4:8], "little")
+    if name == "zstd" and len(raw) >= 6 and bytes(raw[:4]) == _ZSTD_MAGIC:
+        descriptor = raw[4]
+        size_flag, single = descriptor >> 6, (descriptor >> 5) & 1
+        width = (0 if not single else 1, 2, 4, 8)[size_flag]
+        if not width:
+            return None
+        start = 5 + (0 if single else 1) + (0, 1, 2, 4)[descriptor & 3]
+        if len(raw) < start + width:
+            return None
+        value = int.from_bytes(raw[start : start + width], "little")
+        return value + 256 if width == 2 else value
+    return None

@@ -194,10 +194,17 @@ def _escape(text: str) -> str:
 
 def netcdf_text(value: object) -> str:
     """Serialise a parsed value the way netcdf-c prints JSON text: ``{"k": v, ...}``, ``[a,b]``."""
+    try:
+        return _text(value)
+    except RecursionError:
+        raise FormatError("a JSON value is nested too deeply to be shown as text") from None
+
+
+def _text(value: object) -> str:
     if isinstance(value, dict):
-        return "{" + ", ".join(f'"{_escape(str(k))}": {netcdf_text(v)}' for k, v in value.items()) + "}"
+        return "{" + ", ".join(f'"{_escape(str(k))}": {_text(v)}' for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ",".join(netcdf_text(v) for v in value) + "]"
+        return "[" + ",".join(_text(v) for v in value) + "]"
     if isinstance(value, str):
         return '"' + _escape(value) + '"'
     if value is None:

@@ -12,6 +12,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 
@@ -67,16 +68,22 @@ def copy(
 
 
 def _copy_into(reader: Group, target: Dataset, progress: Progress | None) -> None:
+    """Copy everything; ``progress(done, total)`` counts bytes of values (decoded chunk sizes)."""
     _copy_group(reader, target)
-    total = sum(_chunk_count(v) for g in target.walk() for v in g.variables.values())
+    total = sum(_chunk_count(v) * _chunk_bytes(v) for g in target.walk() for v in g.variables.values())
     done = 0
     for group in reader.walk():
         for variable in group.variables.values():
             dest = _counterpart(target, variable)
+            step = _chunk_bytes(dest)
             for _ in _copy_data(variable, dest):
-                done += 1
+                done += step
                 if progress is not None:
                     progress(done, total)
+
+
+def _chunk_bytes(variable: Variable) -> int:
+    return math.prod(variable.layout.chunks or (1,)) * variable.layout.dtype.itemsize
 
 
 def _copy_staged(reader: Group, url: ParsedURL, options: FormatOptions, progress: Progress | None) -> None:
@@ -257,17 +264,43 @@ def _all_fill(values: np.ndarray, fill: object) -> bool:
     return bool((values == fill).all())
 
 
-def terminal_progress(stream=sys.stderr) -> Progress | None:
-    """A one-line progress bar on a terminal; None when ``stream`` is not one."""
+def terminal_progress(label: str = "copying", unit: str = "B", stream=sys.stderr) -> Progress | None:
+    """A one-line progress bar on a terminal, with the amount done, the rate and the time left; None when
+    ``stream`` is not a terminal (nothing on a pipe). ``unit`` "B" shows byte amounts, any other word is a
+    count of those (``chunks``)."""
     if not stream.isatty():
         return None
+    start = time.monotonic()
+    shown = [0.0]
 
     def show(done: int, total: int) -> None:
-        width = 30
-        filled = width * done // max(total, 1)
-        stream.write(f"\rcopying [{'#' * filled}{'.' * (width - filled)}] {done}/{total} chunks")
+        now = time.monotonic()
+        if done < total and now - shown[0] < 0.1:  # at most ten redraws a second
+            return
+        shown[0] = now
+        rate = done / max(now - start, 1e-6)
+        left = (total - done) / rate if rate else 0
+        filled = 30 * done // max(total, 1)
+        amounts = (
+            f"{_size(done)}/{_size(total)}, {_size(rate)}/s"
+            if unit == "B"
+            else f"{done}/{total} {unit}, {rate:.0f}/s"
+        )
+        minutes, seconds = divmod(int(left + 0.5), 60)
+        stream.write(
+            f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {100 * done // max(total, 1):3d}% "
+            f"{amounts}, {minutes}:{seconds:02d} left "
+        )
         if done >= total:
             stream.write("\n")
         stream.flush()
 
     return show
+
+
+def _size(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"
