@@ -907,7 +907,10 @@ def test_custom_endpoint_bucket_names_aws_forbids_but_servers_allow(bucket: str)
     assert parse_url(f"http://127.0.0.1:9000/{bucket}/key#mode=nczarr,s3").bucket == bucket
 
 
-@pytest.mark.parametrize("fragment", ["mode=nczarr,file,manifest", "mode=manifest,file", "mode=zarr,manifest"])
+LAYERED = ["mode=nczarr,file,manifest", "mode=manifest,file", "mode=zarr,manifest"]
+
+
+@pytest.mark.parametrize("fragment", LAYERED)
 def test_a_layered_driver_is_chosen_beside_its_locations_own_word(fragment: str) -> None:
     assert parse_url(f"file:///data/refs.json#{fragment}").driver == "manifest"
     assert parse_url("/data/refs.json#mode=nczarr").with_modes("manifest").driver == "manifest"

@@ -34,6 +34,7 @@ class Dataset(Group):
         self.dialect = dialect
         self.options = options or FormatOptions()
         self.problems: list[tuple[str, str]] = []
+        self.notes: list[tuple[str, str]] = []  # (key, how it is read differently from its declaration)
         self.provenance: str | None = None  # the _NCProperties text, shown by ncdump -s
         self.consolidated = False
         self.writer = None  # a DatasetWriter when the dataset is writable (see Group.editor)

@@ -9,10 +9,18 @@ write.
 from __future__ import annotations
 
 import enum
+import re
 
 from nczmap.errors import ModeError
 
 FIRST_NCZARR_RELEASE = (4, 8, 0)
+# The first release whose NCZarr driver byte-swaps chunks of big-endian variables (Unidata/netcdf-c commit
+# df3636b95, PR #2755, "Mitigate S3 test interference + Unlimited Dimensions in NCZarr", first tagged in
+# v4.9.3-rc1). From 4.8.0 to 4.9.2 libnczarr/zwalk.c copies chunk data with memcpy (4.8.x, 4.9.0) or
+# nc_copy_data (4.9.1, 4.9.2, also a memcpy for atomic types); the swapping transfern() exists in every
+# release but is compiled out (#if 0) until 4.9.3 turns it on (#define TRANSFERN).
+BIG_ENDIAN_FIXED_RELEASE = (4, 9, 3)
+_VERSION = re.compile(r"\s*(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 class Dialect(enum.StrEnum):
@@ -55,8 +63,9 @@ class Dialect(enum.StrEnum):
 
     @property
     def big_endian_safe(self) -> bool:
-        """The releases writing it store big-endian data as declared (4.8.x and 4.9.0 do not)."""
-        return self.reads_strings
+        """The releases writing it store big-endian data as declared: 4.8.0-4.9.2 write (and read) the chunks
+        of a ``>`` variable in host byte order (see :data:`BIG_ENDIAN_FIXED_RELEASE`)."""
+        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR)
 
     @property
     def decodes_filters(self) -> bool:
@@ -102,3 +111,31 @@ _CODES = dict(zip(Dialect, ("D0", "D1", "D2", "D3", "PZ"), strict=True))
 _RELEASES = dict(
     zip(Dialect, ("4.8.0", "4.8.1-4.9.0", "4.9.1-4.9.2", "4.9.3 and later", "any (mode=zarr)"), strict=True)
 )
+
+
+def netcdf_release(provenance: str | None) -> str | None:
+    """The netcdf-c release an ``_NCProperties`` text names (``version=2,netcdf=4.9.0,nczarr=2.0.0`` gives
+    ``4.9.0``); None when it names none (nczmap writes ``nczmap=...``, other Zarr tools nothing)."""
+    if not isinstance(provenance, str):
+        return None
+    for item in provenance.split(","):
+        key, _, value = item.partition("=")
+        if key.strip() == "netcdf" and value.strip():
+            return value.strip()
+    return None
+
+
+def host_order_release(provenance: str | None) -> str | None:
+    """The netcdf-c release that wrote this store when it is one of those writing big-endian variables'
+    chunks in host (little-endian) byte order, 4.8.0 to 4.9.2 (nczarr-format.md §4.5, bug 18); else None.
+
+    Pre-releases and development builds count by their number (``4.9.1-rc1`` is affected, ``4.9.3-rc1`` is
+    not), so ``4.9.3-development`` is read as declared although builds so named before the fix reached the
+    main branch (2023-10-02) still wrote host order: a store cannot tell which build wrote it.
+    """
+    release = netcdf_release(provenance)
+    found = _VERSION.match(release) if release else None
+    if found is None:
+        return None
+    parts = (int(found[1]), int(found[2]), int(found[3] or 0))
+    return release if FIRST_NCZARR_RELEASE <= parts < BIG_ENDIAN_FIXED_RELEASE else None

@@ -178,7 +178,9 @@ def group_objects(group: Group, dialect: Dialect) -> dict[str, object]:
     types = _types(attrs, dialect)
     zgroup: dict = {"zarr_format": 2}
     if is_root:
-        zattrs = {"_NCProperties": provenance(dialect), **zattrs}
+        # An updated store keeps saying who wrote it: readers depend on it (netcdf-c 4.8-4.9.2's byte order)
+        written_by = getattr(group, "provenance", None) or provenance(dialect)
+        zattrs = {"_NCProperties": written_by, **zattrs}
         types = {"_NCProperties": dialect.char_dtype if dialect is not D0 else "2", **types}
     objects: dict[str, object] = {f"{base}/.zgroup": zgroup}
     arrays, groups = list(group.variables), list(group.groups)

@@ -3,6 +3,11 @@
 Dialect detection follows nczarr-format.md §12: superblock in root ``.zattrs`` (D3), root ``.zgroup``
 lower-case (D2) or upper-case (D1) keys, or ``/.nczarr`` (D0); none means pure Zarr. Unlike netcdf-c an
 array that cannot be read is skipped with a warning naming it, instead of failing the whole open.
+
+netcdf-c 4.8.0-4.9.2 wrote the chunks of big-endian (``>``) variables in host byte order (bug 18): in stores
+whose ``_NCProperties`` names one of those releases such chunks are read as little-endian, as those releases
+read them, and ``dataset.notes`` says so for each variable. Nothing else (no ``_NCProperties``: other Zarr
+writers; nczmap; netcdf-c 4.9.3 and later) is reinterpreted.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from nczmap.concurrency import run_bounded
 from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset, FormatOptions
-from nczmap.format.dialects import Dialect
+from nczmap.format.dialects import Dialect, host_order_release
 from nczmap.format.jsonutil import loads, netcdf_text
 from nczmap.format.model import Attribute, Attributes, Dimension, Group
 from nczmap.format.types import (
@@ -198,6 +203,7 @@ class _Reader:
         self.xarray = xarray
         self.dimensions_by_path: dict[str, Dimension] = {}
         self._d3 = dataset.dialect is Dialect.NCZARR_ATTRIBUTES and not pure
+        self._host_order = host_order_release(dataset.provenance)  # the netcdf-c release, when bug 18
 
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
@@ -282,9 +288,26 @@ class _Reader:
         else:
             dims, scalar = self._pure_dims(group, zattrs, layout, key)
         layout.scalar = scalar
+        if self._host_order is not None:
+            self._in_host_order(layout, key)
         variable = Variable(group, name, dims, layout)
         read_attributes(variable.attrs, zattrs, self._types(key, zattrs), layout.dtype.nctype, self.pure)
         return variable
+
+    def _in_host_order(self, layout: ArrayLayout, key: str) -> None:
+        """A big-endian array of a store by netcdf-c 4.8.0-4.9.2: its chunks hold little-endian bytes."""
+        dtype = layout.dtype.in_host_order()
+        if dtype is layout.dtype:
+            return
+        layout.dtype = dtype
+        self.dataset.notes.append(
+            (
+                key,
+                f"dtype {dtype.spec!r} read as {dtype.chunk_spec!r}: written by netcdf-c {self._host_order} "
+                "(_NCProperties), which stores big-endian variables in host (little-endian) byte order "
+                "(netcdf-c 4.8.0-4.9.2, fixed in 4.9.3); values are read as that release reads them",
+            )
+        )
 
     def _array_info(self, key: str, zarray: dict, zattrs: dict) -> dict | None:
         for holder, name in ((zattrs, "_nczarr_array"), (zarray, "_nczarr_array"), (zarray, "_NCZARR_ARRAY")):

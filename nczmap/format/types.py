@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
@@ -84,11 +84,29 @@ class ParsedDtype:
     spec: object  # the storage dtype: a numpy dtype or its spelling (made a dtype only when needed)
     explicit_order: bool  # "<" or ">" given (ncdump -s shows _Endianness)
     maxstrlen: int = 0
+    chunk_spec: object = None  # the dtype chunk bytes really have, where not ``spec`` (see host_order)
 
     @functools.cached_property
     def storage(self) -> np.dtype:
-        """Bytes as stored in chunks (byte order included)."""
+        """The declared dtype (byte order included): what ``.zarray`` says and ``_Endianness`` shows."""
         return np.dtype(self.spec)
+
+    @functools.cached_property
+    def chunk(self) -> np.dtype:
+        """The dtype of the bytes in chunks: ``storage``, except for :meth:`host_order` ones."""
+        return self.storage if self.chunk_spec is None else np.dtype(self.chunk_spec)
+
+    @property
+    def host_order(self) -> bool:
+        """Declared big-endian, but chunks hold little-endian bytes (netcdf-c 4.8.0-4.9.2, bug 18)."""
+        return self.chunk_spec is not None
+
+    def in_host_order(self) -> ParsedDtype:
+        """This dtype with chunks read as little-endian, for a multi-byte ``>`` dtype written by a netcdf-c
+        release that ignored the declared order (itself otherwise: ``_Endianness`` still shows "big")."""
+        if not (self.explicit_order and isinstance(self.spec, str) and self.spec.startswith(">")):
+            return self
+        return _in_host_order(self)
 
     @functools.cached_property
     def itemsize(self) -> int:
@@ -97,6 +115,12 @@ class ParsedDtype:
             return self.spec.itemsize
         body = self.spec.lstrip("<>|=")
         return int(body[1:]) * (4 if body[0] == "U" else 1)
+
+
+@functools.lru_cache(maxsize=64)
+def _in_host_order(parsed: ParsedDtype) -> ParsedDtype:
+    # the writers' hosts were little-endian: every NCZarr store observed, and what nczarr-format.md assumes
+    return replace(parsed, chunk_spec="<" + parsed.spec[1:])
 
 
 def parse_dtype(text: object, pure_zarr: bool = False, where: str = "") -> ParsedDtype:

@@ -157,7 +157,7 @@ class Variable:
             not layout.codecs.configs
             and layout.order == "C"
             and not self.nctype.is_text
-            and layout.dtype.storage == self.dtype
+            and layout.dtype.chunk == self.dtype
         )
 
     def _whole_rows(self, indices: list[range]) -> int:
@@ -237,7 +237,7 @@ class Variable:
         return self.decode_chunk(raw, key)
 
     def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
-        storage = self.layout.dtype.storage
+        storage = self.layout.dtype.chunk  # the bytes' own order (netcdf-c 4.8.0-4.9.2: host order, bug 18)
         data = self.layout.codecs.decode(raw, key)
         count = math.prod(self.layout.chunks) if self.layout.chunks else 1
         size = memoryview(data).nbytes

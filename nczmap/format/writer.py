@@ -438,4 +438,5 @@ def _storage_bytes(variable: Variable, chunk: np.ndarray) -> bytes:
                 f"(maximum {storage.itemsize}; set maxstrlen or _nczarr_maxstrlen)"
             )
         return np.array(encoded, dtype=storage).tobytes()
-    return np.ascontiguousarray(chunk.astype(storage, copy=False)).tobytes(order=order)
+    # in the byte order the chunks hold (a netcdf-c 4.8-4.9.2 store keeps host order under a ">" dtype)
+    return np.ascontiguousarray(chunk.astype(variable.layout.dtype.chunk, copy=False)).tobytes(order=order)

@@ -224,6 +224,7 @@ def _same_storage(source: Variable, dest: Variable) -> bool:
     return (
         getattr(source.group.root, "zmap", None) is not None
         and a.dtype.storage == b.dtype.storage
+        and a.dtype.chunk == b.dtype.chunk  # the bytes, not only the declaration (netcdf-c bug 18)
         and a.chunks == b.chunks
         and a.codecs.configs == b.codecs.configs
         and a.order == b.order

@@ -8,6 +8,9 @@ writer at a time (:mod:`nczmap.zmap.locking`); the next writer removes the tempo
 No key reaches outside the store: symbolic links inside it are followed only while they stay inside the
 store's real directory. Every operation checks the real path of the directory it works in (once per
 directory and open map) and of an object that is itself a link. A key that leaves is ``AccessDenied``.
+
+Objects are regular files. A FIFO, socket or device in the store is no object (``exists`` is False, ``len``
+and ``read`` raise ``EmptyError``, as for a directory), and is never opened in a way that could block.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from nczmap.zmap.base import STORE_MARKERS, ZMap
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, join, normalize_key, sort_names
 from nczmap.zmap.osutil import remove_if_present
 
-_EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+_EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENXIO)  # ENXIO: opening a socket
 _TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + "[0-9a-f]{16}")  # what _replace writes before renaming
 
 
@@ -76,7 +79,7 @@ class FileMap(ZMap):
             self._makedirs(self.root)
         elif kind != "dir":
             raise StorageError(
-                f"{self.root!r} is a file, not a directory: the file driver needs a "
+                f"{self.root!r} is not a directory: the file driver needs a "
                 "directory (use mode=zip for a zip archive)"
             )
 
@@ -135,17 +138,30 @@ class FileMap(ZMap):
             pass  # not a directory (yet): nothing under it can be a link
 
     def _open_inside(self, key: str) -> int:
-        """A descriptor for reading ``key``, refused if it leads out of the store through a link."""
+        """A descriptor for reading ``key``, refused if it leads out of the store through a link.
+
+        Non-blocking, so that opening a FIFO returns at once: :meth:`_open_object` then refuses it."""
         self._check_directory(key.rpartition("/")[0] or ROOT, key)
         path = self._path(key)
         try:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
         except OSError as exc:
             if exc.errno != errno.ELOOP:  # ELOOP: the object itself is a link; see where it goes
                 raise
         if not self._is_inside(os.path.realpath(path)):
             raise self._escapes(key)
-        return os.open(path, os.O_RDONLY)
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+    def _open_object(self, key: str) -> int:
+        """A descriptor of the object at ``key``: ``EmptyError`` unless it is a regular file."""
+        try:
+            fd = self._open_inside(key)
+        except OSError as exc:
+            raise self._read_error(key, exc) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, FIFO or device: no object
+            os.close(fd)
+            raise EmptyError(key, self.root)
+        return fd
 
     def _stat(self, key: str) -> os.stat_result | None:
         path = self._path(key)
@@ -176,12 +192,7 @@ class FileMap(ZMap):
         return st.st_size
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
-        if count == 0 and self._stat(key) is None:  # a directory opens, and reads 0 bytes, fine
-            raise EmptyError(key, self.root)
-        try:
-            fd = self._open_inside(key)
-        except OSError as exc:
-            raise self._read_error(key, exc) from None
+        fd = self._open_object(key)
         try:
             return byteranges.read_range(fd, start, count)
         except OSError as exc:
@@ -190,12 +201,7 @@ class FileMap(ZMap):
             os.close(fd)
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
-        if not len(buffer) and self._stat(key) is None:
-            raise EmptyError(key, self.root)
-        try:
-            fd = self._open_inside(key)
-        except OSError as exc:
-            raise self._read_error(key, exc) from None
+        fd = self._open_object(key)
         try:
             return byteranges.read_into(fd, buffer, start)
         except OSError as exc:
@@ -223,12 +229,9 @@ class FileMap(ZMap):
             return super().copy_from(source, source_key, key)
         source_key, key = normalize_key(source_key), self._key(key, writing=True)
         try:
-            reader = source._open_inside(source_key)
-        except OSError as exc:
-            error = source._read_error(source_key, exc)
-            if isinstance(error, EmptyError):
-                return False
-            raise error from None
+            reader = source._open_object(source_key)
+        except EmptyError:
+            return False
         try:
             size = os.fstat(reader).st_size
             self._replace(key, lambda fd: _kernel_copy(reader, fd, size))

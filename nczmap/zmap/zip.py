@@ -9,6 +9,11 @@ anonymous temporary file and the archive is rewritten at ``close`` into a tempor
 old one by rename, so an interrupted session leaves the previous archive intact and readable. One writer at
 a time (:mod:`nczmap.zmap.locking`), and a commit refuses to replace an archive that changed since this map
 opened it (another program's commit), discarding this map's changes rather than that program's.
+
+Archives are untrusted input: members are read and decompressed (deflate, bzip2, LZMA) here rather than by
+``zipfile``, so that no declared size is believed beyond what the archive holds and no member decompresses
+into more than its declared size (a zip bomb fails at its first block). Members that are no keys are copied
+byte for byte on rewrite, never decoded, whatever they hold.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 import struct
 import tempfile
 import threading
@@ -37,8 +43,11 @@ from nczmap.zmap.osutil import remove_if_present
 # Root objects that make a top-level folder look like a whole dataset (netcdf-c layout).
 _GROUP_MARKERS = (".zgroup", ".zmetadata", ".nczarr", "zarr.json")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
+_LZMA_HEADER = struct.Struct("<HHBI")  # zip's own before the LZMA1 stream: version, 5, the LZMA1 properties
+_ENCRYPTED = 0x01
 _DATA_DESCRIPTOR = 0x08
 _COPY_BLOCK = 4 << 20
+_READ_BLOCK = 1 << 20  # compressed bytes read and decompressed at a time
 
 
 class Staged(NamedTuple):
@@ -59,7 +68,8 @@ class ZipMap(ZMap):
         self._foreign: list[zipfile.ZipInfo] = []  # members that are no key: kept as they are on rewrite
         self._members: dict[str, zipfile.ZipInfo | Staged] = {}
         self._index = KeyIndex()
-        self._data_offsets: dict[str, int] = {}
+        self._data_offsets: dict[int, int] = {}  # local header offset -> data offset
+        self._size = 0  # of the archive read
         self._filesystem = None
         self._archive: zipfile.ZipFile | None = None
         self._fd: int | None = None
@@ -115,6 +125,7 @@ class ZipMap(ZMap):
         # archive even if another process replaces the path (as commits do) while this map is open.
         self._fd = _open_descriptor(self.path)
         self._opened = _identity(self._fd)
+        self._size = os.fstat(self._fd).st_size
         self._filesystem = _open_zip(self.path, os.dup(self._fd))
         self._archive = self._filesystem.zip
         infos = self._archive.infolist()
@@ -132,8 +143,8 @@ class ZipMap(ZMap):
         relative = name[len(self.prefix) :]
         is_dir = relative.endswith("/")
         key = "/" + (relative[:-1] if is_dir else relative)
-        if not is_valid_key(key):
-            self.skipped.append(name)
+        if not is_valid_key(key) or name != info.orig_filename:  # zipfile cut the name at a NUL
+            self.skipped.append(info.orig_filename)
             self._foreign.append(info)
         elif is_dir:
             self._index.add_directory(key)
@@ -169,40 +180,88 @@ class ZipMap(ZMap):
         return read_exact(self._stage.fileno(), length, member.offset + start, "staging file")
 
     def _read_stored(self, key: str, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
+        if info.file_size != info.compress_size:
+            raise self._corrupt(info, f"stored, yet sized {info.file_size} and {info.compress_size}")
         available = max(0, info.file_size - start)
         length = available if count is None else min(count, available)
         if not length:
             return b""
         data = read_exact(self._fd, length, self._data_offset(info) + start, self.path)
         if length == info.file_size and zlib.crc32(data) != info.CRC:
-            raise StorageError(f"corrupt member {info.filename!r} in {self.path!r}: CRC mismatch")
+            raise self._corrupt(info, "CRC mismatch")
         return data
 
     def _data_offset(self, info: zipfile.ZipInfo) -> int:
-        """Where the member's stored bytes start, after a local header that must name the same member."""
-        offset = self._data_offsets.get(info.filename)
+        """Where the member's stored bytes start, after a local header that must name the same member; all
+        ``compress_size`` of them must lie in the archive."""
+        offset = self._data_offsets.get(info.header_offset)
         if offset is None:
+            if not 0 <= info.header_offset <= self._size - _LOCAL_HEADER.size:
+                raise self._corrupt(info, f"its local header at {info.header_offset} is not in the archive")
             header = read_exact(self._fd, _LOCAL_HEADER.size, info.header_offset, self.path)
             signature, name_length, extra_length = _LOCAL_HEADER.unpack(header)
             start = info.header_offset + _LOCAL_HEADER.size
+            offset = start + name_length + extra_length
+            if offset + info.compress_size > self._size:
+                raise self._corrupt(info, f"it runs past the end of the archive ({info.compress_size} bytes)")
             name = read_exact(self._fd, name_length, start, self.path)
             if signature != b"PK\x03\x04" or name != _encoded_name(info):
-                raise StorageError(
-                    f"corrupt member {info.filename!r} in {self.path!r}: its local header does not match "
-                    "the central directory (the archive was changed or damaged)"
-                )
-            offset = start + name_length + extra_length
-            self._data_offsets[info.filename] = offset
+                why = "its local header does not match the central directory (changed or damaged)"
+                raise self._corrupt(info, why)
+            self._data_offsets[info.header_offset] = offset
         return offset
 
+    def _corrupt(self, info: zipfile.ZipInfo, why: str) -> StorageError:
+        return StorageError(f"cannot read member {info.filename!r} of {self.path!r}: {why}")
+
     def _read_compressed(self, info: zipfile.ZipInfo, start: int, count: int | None) -> bytes:
+        end = info.file_size if count is None else min(info.file_size, start + count)
+        if start >= end:
+            return b""
+        if info.flag_bits & _ENCRYPTED:
+            raise self._corrupt(info, "it is encrypted")
+        return self._decompress(info, end)[start:]
+
+    def _decompress(self, info: zipfile.ZipInfo, end: int) -> bytes:
+        """The first ``end`` bytes of a compressed member. No more than its declared size is ever produced:
+        a whole read asks for one byte more, which only a member inflating beyond that size yields."""
+        whole = end == info.file_size
+        limit = end + whole
+        offset, size = self._data_offset(info), info.compress_size
+        head = b""
+        if info.compress_type == zipfile.ZIP_LZMA:  # zip's own header comes before the LZMA stream
+            head = read_exact(self._fd, min(size, _LZMA_HEADER.size), offset, self.path)
         try:
-            with self._archive.open(info) as member:
-                if start:
-                    member.seek(start)
-                return member.read() if count is None else member.read(count)
-        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
-            raise StorageError(f"cannot read member {info.filename!r} of {self.path!r}: {exc}") from exc
+            decompressor, done = _decompressor(info.compress_type, head, limit)
+        except Exception as exc:  # LZMAError, struct.error...: a header no codec accepts
+            raise self._corrupt(info, f"bad compression header ({exc})") from exc
+        if decompressor is None:
+            why = f"compression method {info.compress_type} is not supported (deflate, bzip2, LZMA are)"
+            raise self._corrupt(info, why)
+        parts, produced = [], 0
+        while produced < limit and not decompressor.eof:
+            data = b""
+            if decompressor.needs_input:
+                if done == size:
+                    break
+                data = read_exact(self._fd, min(_READ_BLOCK, size - done), offset + done, self.path)
+                done += len(data)
+            try:
+                part = decompressor.decompress(data, limit - produced)
+            except Exception as exc:  # zlib.error, OSError from bz2, LZMAError...: corrupt data
+                raise self._corrupt(info, f"its compressed data do not decode ({exc})") from exc
+            if not (data or part):
+                break  # no progress: the codec wants input that is not there
+            parts.append(part)
+            produced += len(part)
+        if produced > info.file_size:
+            raise self._corrupt(info, f"it inflates beyond its declared size of {info.file_size} bytes")
+        if produced < end:
+            raise self._corrupt(info, f"it inflates to {produced} bytes, not its declared {info.file_size}")
+        data = b"".join(parts)
+        if whole and zlib.crc32(data) != info.CRC:
+            raise self._corrupt(info, "CRC mismatch")
+        return data
 
     def _write(self, key: str, data: memoryview) -> None:
         # Writes may come from several threads (chunk copies): each reserves its own stretch of the
@@ -308,7 +367,7 @@ class ZipMap(ZMap):
             else:
                 self._copy_raw(out, name, member)
         for member in self._foreign:
-            self._copy_raw(out, member.filename, member)
+            self._copy_raw(out, member.orig_filename, member)
 
     def _copy_staged(self, out: zipfile.ZipFile, name: str, member: Staged, now: tuple) -> None:
         info = zipfile.ZipInfo(name, date_time=now)
@@ -325,6 +384,7 @@ class ZipMap(ZMap):
         """Copy a member's stored bytes as they are: nothing is decompressed, so nothing can fail to
         decode, nothing is recompressed, and members that are not keys survive byte for byte."""
         info = zipfile.ZipInfo(name, date_time=source.date_time)
+        info.filename = name  # whole: ZipInfo cuts a name at a NUL
         info.compress_type = source.compress_type
         info.CRC, info.compress_size, info.file_size = source.CRC, source.compress_size, source.file_size
         info.external_attr, info.create_system = source.external_attr, source.create_system
@@ -411,10 +471,16 @@ def _identity(file: str | int) -> tuple[int, ...] | None:
 
 
 def _open_descriptor(path: str) -> int:
+    """A descriptor of the archive at ``path``, which must be a regular file (a FIFO must not block)."""
     try:
-        return os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
     except OSError as exc:
         raise from_os_error(exc, f"cannot open zip archive {path!r}") from exc
+    if not regular:
+        os.close(fd)
+        raise StorageError(f"{path!r} is not a regular file, so no zip archive")
+    return fd
 
 
 def _open_zip(path: str, fd: int):
@@ -425,9 +491,12 @@ def _open_zip(path: str, fd: int):
     handle = os.fdopen(fd, "rb")
     try:
         return ZipFileSystem(fo=handle, mode="r")
-    except zipfile.BadZipFile as exc:
+    except (zipfile.BadZipFile, NotImplementedError, ValueError) as exc:
         handle.close()
-        raise StorageError(f"{path!r} is not a readable zip archive: {exc}") from exc
+        why = str(exc)  # NotImplementedError: a member needs a zip version above 6.3 ("version needed")
+        if isinstance(exc, UnicodeDecodeError):  # the stdlib decodes names flagged as UTF-8 strictly
+            why = f"a member name is flagged as UTF-8 but is not: {exc.object!r}"
+        raise StorageError(f"{path!r} is not a readable zip archive: {why}") from exc
     except OSError as exc:
         handle.close()
         raise from_os_error(exc, f"cannot open zip archive {path!r}") from exc
@@ -448,6 +517,50 @@ def _directory_info(name: str, now: tuple) -> zipfile.ZipInfo:
     info.external_attr = (0o40755 << 16) | 0x10
     info.flag_bits |= 0x800
     return info
+
+
+class _Inflater:
+    """Raw deflate (zlib) behind the interface of bz2's and lzma's decompressors."""
+
+    def __init__(self) -> None:
+        self._zlib = zlib.decompressobj(-zlib.MAX_WBITS)
+        self.needs_input = True
+
+    @property
+    def eof(self) -> bool:
+        return self._zlib.eof
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        out = self._zlib.decompress(self._zlib.unconsumed_tail + data, max_length)
+        self.needs_input = not self._zlib.unconsumed_tail and len(out) < max_length
+        return out
+
+
+def _decompressor(method: int, head: bytes, window: int):
+    """A decompressor for ``method`` (``decompress(data, max_length)``, ``needs_input``, ``eof``) and how
+    many bytes of ``head``, the start of the member's data, come before its stream; None if this Python
+    cannot decode the method. ``window``: the most output that will be asked for."""
+    try:
+        if method == zipfile.ZIP_DEFLATED:
+            return _Inflater(), 0
+        if method == zipfile.ZIP_BZIP2:
+            import bz2
+
+            return bz2.BZ2Decompressor(), 0
+        if method == zipfile.ZIP_LZMA:
+            import lzma
+
+            _version, length, bits, dictionary = _LZMA_HEADER.unpack(head)
+            if length != 5:
+                raise ValueError(f"{length} bytes of LZMA properties, not 5")
+            # No match reaches back past the start of the output, so a window of the output wanted is
+            # enough (a forged dictionary size must not allocate gigabytes).
+            lzma1 = {"id": lzma.FILTER_LZMA1, "lc": bits % 9, "lp": bits // 9 % 5, "pb": bits // 45}
+            lzma1["dict_size"] = max(4096, min(dictionary, window))
+            return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[lzma1]), _LZMA_HEADER.size
+    except ImportError:  # a Python built without bz2 or lzma
+        pass
+    return None, 0
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
