@@ -30,6 +30,8 @@ DEFAULT = object()  # "use netCDF's default fill value"
 
 class UnfilteredWarning(UserWarning):
     """A variable's compression was dropped because the target netcdf-c release cannot decode it."""
+
+
 TARGET_CHUNK_BYTES = 4 << 20
 _BAD_NAME = re.compile(r"[/\x00-\x1f\x7f]")
 
