@@ -148,7 +148,6 @@ def _load_array(
 
     count = math.prod(grid)
     table = ArrayReferences.empty(grid)
-    index: dict[str, int] = {}  # URL -> position in table.paths
 
     def fetch(record: int) -> _Record | None:
         name = record_name(array, record)
@@ -159,7 +158,7 @@ def _load_array(
     tasks = (lambda r=record: fetch(r) for record in range(-(-count // record_size)))
     for record, decoded in enumerate(run_bounded(tasks, WIDTH)):
         if decoded is not None:
-            _merge_record(table, index, record * record_size, decoded)
+            _merge_record(table, record * record_size, decoded)
     return table
 
 
@@ -206,15 +205,11 @@ def _decode_record(data: bytes, place: str, need: int, record_size: int) -> _Rec
     return _Record(urls, rows, offsets, sizes, inline)
 
 
-def _merge_record(table: ArrayReferences, index: dict[str, int], start: int, record: _Record) -> None:
+def _merge_record(table: ArrayReferences, start: int, record: _Record) -> None:
     """A decoded record into ``table`` at ``start``: its URLs numbered in ``table.paths``."""
     mapping = np.empty(len(record.urls) + 1, dtype=np.int32)  # the record's URL numbers -> table.paths
     for at, url in enumerate(record.urls):
-        known = index.get(url) if url is not None else MISSING
-        if known is None:
-            known = index[url] = len(table.paths)
-            table.paths.append(url)
-        mapping[at] = known
+        mapping[at] = table.number_of(url) if url is not None else MISSING
     mapping[-1] = MISSING
     where = mapping[record.rows]
     if record.inline:
@@ -378,7 +373,6 @@ def dump(manifest: Manifest, write: Writer, record_size: int = RECORD_SIZE) -> N
             raise FormatError(f"array {array!r} holds chunk references but has no .zarray")
 
     metadata: dict[str, object] = {}
-    paths = {array: {url: at for at, url in enumerate(table.paths)} for array, table in arrays.items()}
     for key, value in manifest.entries.items():  # per key: a manifest loaded from JSON has a million
         if value is None:
             continue
@@ -387,7 +381,7 @@ def dump(manifest: Manifest, write: Writer, record_size: int = RECORD_SIZE) -> N
         table = arrays.get(array)
         flat = _chunk_number(name, table.grid) if table is not None else None
         if flat is not None:
-            _set(table, paths[array], flat, entry)
+            table.set(flat, entry)
         elif isinstance(entry, Reference):
             raise FormatError(
                 f"manifest key {key!r} holds a reference, but is no chunk of an array with a .zarray: "
@@ -440,7 +434,6 @@ def _writable_table(manifest: Manifest, array: str, key: str) -> ArrayReferences
     if held is None:
         return copy
     # The .zarray changed shape since the table was made: chunks keep their names (rare, so per chunk).
-    index: dict[str, int] = {}
     for flat in held.present():
         name = held.name(flat)
         moved = copy.position(name)
@@ -449,7 +442,7 @@ def _writable_table(manifest: Manifest, array: str, key: str) -> ArrayReferences
             if isinstance(entry, Reference):
                 raise FormatError(f"chunk {array}/{name} lies outside the grid of {key!r}")
             continue
-        _set(copy, index, moved, held.get(flat))
+        copy.set(moved, held.get(flat))
     return copy
 
 
@@ -470,25 +463,6 @@ def _chunk_number(name: str, grid: tuple[int, ...]) -> int | None:
             return None
         flat = flat * n + int(part)
     return flat
-
-
-def _set(table: ArrayReferences, index: dict[str, int], flat: int, entry: object) -> None:
-    """``table.set`` with a URL index (``paths.index`` per chunk would be quadratic)."""
-    table.inline.pop(flat, None)
-    if entry is None:
-        table.path_index[flat] = MISSING
-    elif isinstance(entry, bytes):
-        table.path_index[flat] = INLINE
-        table.inline[flat] = entry
-    else:
-        assert isinstance(entry, Reference)
-        where = index.get(entry.url)
-        if where is None:
-            where = index[entry.url] = len(table.paths)
-            table.paths.append(entry.url)
-        table.path_index[flat] = where
-        table.offsets[flat] = entry.offset
-        table.lengths[flat] = entry.length
 
 
 def _record(table: ArrayReferences, array: str, record: int, record_size: int, inline: dict) -> bytes:

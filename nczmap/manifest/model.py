@@ -59,6 +59,7 @@ class ArrayReferences:
         self.lengths = lengths
         self.inline = inline or {}
         self.separator = separator
+        self._numbers: dict[str, int] | None = None  # URL -> position in paths, built on first use
 
     @classmethod
     def empty(cls, grid: tuple[int, ...], separator: str = ".") -> ArrayReferences:
@@ -107,14 +108,19 @@ class ArrayReferences:
             self.path_index[flat] = INLINE
             self.inline[flat] = entry
         else:
-            try:
-                where = self.paths.index(entry.url)
-            except ValueError:
-                where = len(self.paths)
-                self.paths.append(entry.url)
-            self.path_index[flat] = where
+            self.path_index[flat] = self.number_of(entry.url)
             self.offsets[flat] = entry.offset
             self.lengths[flat] = entry.length
+
+    def number_of(self, url: str) -> int:
+        """The position of ``url`` in :attr:`paths`, appended if new (a dict: no search per chunk)."""
+        if self._numbers is None or len(self._numbers) != len(self.paths):
+            self._numbers = {known: at for at, known in enumerate(self.paths)}
+        where = self._numbers.get(url)
+        if where is None:
+            where = self._numbers[url] = len(self.paths)
+            self.paths.append(url)
+        return where
 
     def present(self) -> Iterator[int]:
         """Flat indices of the chunks that hold something."""
