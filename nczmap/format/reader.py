@@ -459,7 +459,8 @@ def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:
 
 
 def _int_list(value: object) -> bool:
-    return isinstance(value, list) and all(isinstance(v, int) and v >= 0 for v in value)
+    """A list of sizes numpy can index (netCDF's are size_t, but nothing past 2**63 can be read)."""
+    return isinstance(value, list) and all(isinstance(v, int) and 0 <= v < 2**63 for v in value)
 
 
 def _join(key: str, name: str) -> str:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nczmap._lazy import numpy as np
 from nczmap.concurrency import run_all
-from nczmap.errors import EmptyError, FormatError
+from nczmap.errors import EmptyError, FormatError, SelectionError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Attributes, Dimension, Group
 from nczmap.format.selection import as_index, chunk_plan, normalize_selection
 from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+MEMORY_BYTES = _memory_bytes()
 
 
 class PendingFill:
@@ -107,6 +118,7 @@ class Variable:
         if self.layout.scalar:
             indices = [range(1)]
         shape = tuple(len(ix) for ix in indices)
+        self._check_fits(shape)
         out = self._allocate(shape)
         if out.size:
             rest, rows = out, self._whole_rows(indices)
@@ -120,6 +132,18 @@ class Variable:
         if self.layout.scalar:
             return out.reshape(())
         return out[tuple(0 if s else slice(None) for s in squeeze)] if any(squeeze) else out
+
+    def _check_fits(self, shape: tuple[int, ...]) -> None:
+        """Refuse a selection (or a chunk) larger than this machine's memory before allocating it."""
+        values = math.prod(shape)
+        chunk = math.prod(self.layout.chunks or (1,))
+        itemsize = max(self.layout.dtype.itemsize, self.dtype.itemsize)
+        if max(values, chunk) * itemsize > MEMORY_BYTES:
+            what = f"the selection {shape}" if values >= chunk else f"a chunk {self.layout.chunks}"
+            raise SelectionError(
+                f"{self.key!r}: {what} needs {max(values, chunk) * itemsize / 2**30:.1f} GiB, more than "
+                f"this machine's {MEMORY_BYTES / 2**30:.1f} GiB of memory: read it in smaller pieces"
+            )
 
     def _allocate(self, shape: tuple[int, ...]) -> np.ndarray:
         """An uninitialised output array (every element is then read or filled)."""
@@ -238,8 +262,8 @@ class Variable:
 
     def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
         storage = self.layout.dtype.chunk  # the bytes' own order (netcdf-c 4.8.0-4.9.2: host order, bug 18)
-        data = self.layout.codecs.decode(raw, key)
         count = math.prod(self.layout.chunks) if self.layout.chunks else 1
+        data = self.layout.codecs.decode(raw, key, limit=count * storage.itemsize)
         size = memoryview(data).nbytes
         if storage.kind == "U" and size == count:
             storage = np.dtype("S1")  # netcdf-c 4.8/4.9.0 "<U1" char data is one byte per character
@@ -257,8 +281,13 @@ class Variable:
                 if values.size
                 else values.astype(object)
             )
-        if self.nctype is CHAR:
-            return values.astype("S1") if values.dtype.kind == "U" else values
+        if self.nctype is CHAR and values.dtype.kind == "U":  # one character per value: it must be a byte
+            codes = values.view(values.dtype.str[0] + "u4")  # "<U1" -> "<u4"
+            if codes.size and int(codes.max()) > 0xFF:
+                raise FormatError(
+                    f"char data of {self.key!r} holds code point {int(codes.max())}, which is no netCDF char"
+                )
+            return codes.astype("u1").view("S1")
         return values
 
 
