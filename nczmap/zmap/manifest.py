@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from nczmap.concurrency import run_all
 from nczmap.errors import (
@@ -409,22 +409,28 @@ class _LocalSource(_Source):
 
 
 class _ObjectSource(_Source):
+    """An S3 object (``s3://bucket/key``): its size and ETag from one HEAD, spans as range GETs."""
+
     gap = REMOTE_GAP
+    bucket: str | None = None
 
     def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
         self.name = url
         bucket, _, self.path = url[len("s3://") :].partition("/")
         self.bucket = bucket
         self.store = _s3_store(bucket, options)
+        self._head(recorded)
+
+    def _head(self, recorded: dict | None) -> None:
         import obstore
 
         try:
             meta = obstore.head(self.store, self.path)
         except Exception as exc:
-            error = byteranges.store_error(exc, f"read the source {url}", bucket)
-            raise error or StorageError(f"the source {url} of a reference does not exist") from exc
+            error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} of a reference does not exist") from exc
         self.size = meta["size"]
-        _check_recorded(url, recorded, self.size, etag=meta.get("e_tag"))
+        _check_recorded(self.name, recorded, self.size, etag=meta.get("e_tag") or "(none)")
 
     def read(self, offset: int, length: int) -> bytes:
         try:
@@ -433,14 +439,42 @@ class _ObjectSource(_Source):
             error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
             raise error or StorageError(f"the source {self.name} disappeared") from exc
         if len(data) != length:
-            raise StorageError(f"{self.name} is shorter than its references say: it changed")
+            raise StorageError(
+                f"{self.name} is shorter than its references say ({len(data)} of {length} bytes at "
+                f"offset {offset}): it changed"
+            )
         return data
+
+
+class _HttpSource(_ObjectSource):
+    """A file served over HTTP(S): the canonical URL is requested as it is (HEAD, then range GETs).
+
+    Container option ``headers`` (a dict, for example an ``Authorization``) goes with every request; it
+    comes from the user's grant, never from the manifest.
+    """
+
+    def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
+        self.name = url
+        self.path = ""  # the store's root is the URL itself
+        headers = options.get("headers") or {}
+        strings = isinstance(headers, Mapping) and all(
+            isinstance(i, str) for i in (*headers, *headers.values())
+        )
+        if not strings:
+            raise DataError(f"the container option 'headers' for {url} must be a dict of strings")
+        try:
+            self.store = byteranges.http_store(url, headers=dict(headers))
+        except ValueError as exc:  # obstore's refusal of a header name or value
+            raise DataError(f"the container option 'headers' for {url}: {exc}") from None
+        self._head(recorded)
 
 
 def _open_source(real: str, container: Container, recorded: dict, url: str) -> _Source:
     info = recorded.get(url) or recorded.get(real)
     if real.startswith("file://"):
         return _LocalSource(real[len("file://") :], info)
+    if real.startswith(("http://", "https://")):
+        return _HttpSource(real, dict(container.options), info)
     return _ObjectSource(real, dict(container.options), info)
 
 
