@@ -107,3 +107,19 @@ def test_anonymous_profile_sends_unsigned_requests(s3_server, fragment, signed):
         server.shutdown()
         server.server_close()
     assert _HeaderRecorder.signed == [signed]
+
+
+def test_credentials_are_found_where_netcdf_c_looks(tmp_path, monkeypatch):
+    """Without any, errors say so (instead of quoting the instance-metadata service's refusal)."""
+    from nczmap.zmap import byteranges
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_WEB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    assert not byteranges.credentials_found(None)
+    assert byteranges.credentials_found("no")  # anonymous: unsigned requests need none
+    (tmp_path / "credentials").write_text("[work]\naws_access_key_id = A\naws_secret_access_key = B\n")
+    assert byteranges.credentials_found("work") and not byteranges.credentials_found(None)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "A")
+    assert byteranges.credentials_found(None)

@@ -160,6 +160,24 @@ def http_store(url: str, *, headers: dict[str, str] | None = None):
     return HTTPStore.from_url(url, client_options=client, retry_config=retries)
 
 
+def credentials_found(profile: str | None) -> bool:
+    """Whether :func:`s3_store` has credentials to sign with (or is told to send unsigned requests).
+    Without them obstore asks the instance-metadata service, whose refusal reads like a 403."""
+    profile = profile or os.environ.get("AWS_PROFILE")
+    if profile and profile.lower() in ANONYMOUS_PROFILES:
+        return True
+    if os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
+        return True
+    return bool(_profile_credentials(profile or "default"))
+
+
+NO_CREDENTIALS = (
+    "no AWS credentials were found: they are looked for in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, in the "
+    "profile {profile!r} of ~/.aws/credentials and ~/.aws/config (AWS_PROFILE or #aws.profile= picks "
+    "another), then the instance role; for public data add #aws.profile=no to the URL"
+)
+
+
 def _region(region: str | None, profile: str) -> str:
     return (
         region

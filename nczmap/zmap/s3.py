@@ -9,9 +9,10 @@ objects). A writable open lists the dataset once, so objects-are-leaves is check
 
 from __future__ import annotations
 
+import os
 import threading
 
-from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, KeyNameError
+from nczmap.errors import AccessDenied, DatasetExists, DatasetNotFound, EmptyError, KeyNameError, StorageError
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
 from nczmap.zmap.base import STORE_MARKERS, Latency, ZMap
@@ -56,7 +57,12 @@ class S3Map(ZMap):
 
     def _error(self, exc: Exception, action: str, key: str = "") -> Exception:
         where = f"{action} {key!r} in {self.location}" if key else f"{action} {self.location}"
-        return byteranges.store_error(exc, where, self.bucket) or EmptyError(key, self.location)
+        error = byteranges.store_error(exc, where, self.bucket) or EmptyError(key, self.location)
+        unsigned = not byteranges.credentials_found(self.url.profile)
+        if unsigned and isinstance(error, AccessDenied | StorageError):  # obstore asked the instance role
+            profile = self.url.profile or os.environ.get("AWS_PROFILE") or "default"
+            return AccessDenied(f"cannot {where}: {byteranges.NO_CREDENTIALS.format(profile=profile)}")
+        return error
 
     # ----------------------------------------------------------------- opening
     def _open_writable(self) -> None:
