@@ -20,36 +20,55 @@ deflate -> ``zlib``, shuffle -> ``shuffle``, fletcher32 -> ``fletcher32``, and n
   file, that dimension growing; variables using it take their chunks from every file, shifted along it
   (its chunk size must divide every file's length but the last's), the others come from the first file.
 
-Every source must lie in an authorised container of the manifest: its own directory, or the ``allow``
-prefixes when given. The manifest records each source's size and modification time, so reading through it
-after a source changed is an error.
+Sources are local files or S3 objects (``s3://bucket/key.nc``, or an endpoint URL such as
+``http://127.0.0.1:9000/bucket/key.nc#mode=s3``): h5py reads an object through a read-only file object
+making ranged GETs (conditional on the ETag first seen) through a small block cache, so HDF5's many small
+metadata reads cost a few requests; references then name ``s3://bucket/key.nc``.
+
+Every source must lie in an authorised container of the manifest: its own directory (bucket prefix, with
+the endpoint it was read from), or the ``allow`` prefixes when given; :attr:`VirtualizeResult.containers`
+lists them, to pass as ``containers=`` when reading. The manifest records each source's size and
+modification time (an object's size and ETag), so reading through it after a source changed is an error.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import posixpath
 import warnings
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from nczmap.api import format_options
-from nczmap.errors import AccessDenied, DatasetExists, DriverNotAvailable, FormatError, StorageError
+from nczmap.errors import (
+    AccessDenied,
+    DatasetExists,
+    DriverNotAvailable,
+    FormatError,
+    NCZError,
+    StorageError,
+    URLError,
+)
 from nczmap.format import Attribute, Dataset, Dimension, Group, Variable, open_on
 from nczmap.format.codecs import CodecChain
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout
 from nczmap.format.writer import TARGET_CHUNK_BYTES
 from nczmap.integrations.copy import HDF5_SIGNATURE, _copy_group, _counterpart
-from nczmap.manifest.containers import authorize, normalize
+from nczmap.manifest.containers import Container, as_containers, authorize, normalize
 from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 from nczmap.url import ParsedURL, parse_url
-from nczmap.zmap import open_map
+from nczmap.zmap import byteranges, open_map
 
 SMALL_CHUNK = 100  # chunks smaller than this are kept in the manifest: a reference would cost more
+BLOCK = 256 << 10  # an S3 source is read in aligned blocks this large (HDF5's reads are mostly far smaller)
+CACHED_BLOCKS = 32  # blocks kept per S3 source (8 MiB): metadata read twice is not fetched twice
 Progress = Callable[[int, int], None]
 
 # Attributes netCDF-C keeps for itself (never visible through the netCDF API).
@@ -102,6 +121,8 @@ class VirtualizeResult:
     references: int = 0  # chunk keys referring to source bytes
     inline: int = 0  # chunk keys holding their bytes in the manifest
     refused: list[Refusal] = field(default_factory=list)
+    # where the references point, with how to read there (S3 endpoint...): ``containers=`` for readers
+    containers: list[Container] = field(default_factory=list)
 
 
 def virtualize(
@@ -114,87 +135,126 @@ def virtualize(
 ) -> VirtualizeResult:
     """Write a manifest at ``destination`` presenting the netCDF-4/HDF5 ``sources`` as one NCZarr dataset.
 
-    ``destination`` is a path or URL (kerchunk JSON; ``#mode=nczarr,manifest`` is implied); ``concat``
-    names the dimension (``time`` or ``/group/time``) several sources are joined along; ``allow`` lists
-    the container prefixes references may point into (default: each source's directory);
-    ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
-    called as chunks are described. Refused variables are returned in ``refused`` (and warned about).
+    ``destination`` is a path or URL (kerchunk JSON, or kerchunk's Parquet form when it ends ``.parq``;
+    ``#mode=nczarr,manifest`` is implied); ``sources`` are paths or ``file://`` URLs of local files, or
+    S3 URLs (``s3://bucket/key.nc``, ``http://host:port/bucket/key.nc#mode=s3``); ``concat`` names the
+    dimension (``time`` or ``/group/time``) several sources are joined along; ``allow`` lists the container
+    prefixes references may point into (default: each source's directory or bucket prefix; an S3 prefix
+    takes the endpoint options of the sources under it); ``netcdf_version`` is the netcdf-c release the
+    metadata is written for; ``progress(done, total)`` is called as chunks are described. Refused variables
+    are returned in ``refused`` (and warned about), the grants the references need in ``containers``.
     """
-    paths = _source_paths(sources)
-    if len(paths) > 1 and concat is None:
-        raise FormatError(f"{len(paths)} sources need a dimension to join them along (concat=, --concat)")
-    url = _manifest_url(destination, paths)
+    files: list[_SourceFile] = []
     try:
-        import h5py
-    except ImportError as exc:
-        raise DriverNotAvailable(
-            "virtualizing netCDF-4/HDF5 files needs h5py: pip install 'nczmap[virtual]'"
-        ) from exc
-    before = {path: _stat(path) for path in paths}
-    if isinstance(allow, str):
-        allow = [allow]
-    grants = [p if "://" in p else os.path.abspath(p) + "/" for p in allow]
-    grants = grants or sorted({os.path.dirname(path) + "/" for path in paths})
-    handles = []
-    try:
-        trees = []
-        for path in paths:
-            try:
-                handles.append(h5py.File(path, "r"))
-            except OSError as exc:
-                raise FormatError(f"cannot open {path!r} as netCDF-4/HDF5: {exc}") from exc
-            trees.append(_read_tree(handles[-1], path))
-        plan = _plan(trees, concat)
-        result = _write(plan, url, grants, netcdf_version, progress, before)
+        files = _source_files(sources)
+        if len(files) > 1 and concat is None:
+            raise FormatError(f"{len(files)} sources need a dimension to join them along (concat=, --concat)")
+        url = _manifest_url(destination, files)
+        try:
+            import h5py
+        except ImportError as exc:
+            raise DriverNotAvailable(
+                "virtualizing netCDF-4/HDF5 files needs h5py: pip install 'nczmap[virtual]'"
+            ) from exc
+        grants = _grants(allow, files)
+        handles = []
+        try:
+            trees = []
+            for file in files:
+                handles.append(file.open(h5py))
+                trees.append(_read_tree(handles[-1], file))
+            plan = _plan(trees, concat)
+            result = _write(plan, url, grants, netcdf_version, progress, files)
+        except OSError as exc:  # h5py's error for a failed read of a file object: ours is more useful
+            failed = next((f.error for f in files if f.error is not None), None)
+            if failed is None or isinstance(exc, NCZError):
+                raise
+            raise failed from None
+        finally:
+            for handle in handles:
+                handle.close()
     finally:
-        for handle in handles:
-            handle.close()
+        for file in files:
+            file.close()
     for refusal in result.refused:
         warnings.warn(str(refusal), VirtualizeWarning, stacklevel=2)
     return result
 
 
 # ------------------------------------------------------------------------------------------ arguments
-def _source_paths(sources: Sequence[str | os.PathLike[str]]) -> list[str]:
+def _source_files(sources: Sequence[str | os.PathLike[str]]) -> list[_SourceFile]:
     if isinstance(sources, str | os.PathLike):
         sources = [sources]
     if not sources:
         raise FormatError("no source files to virtualize")
-    paths: list[str] = []
-    for source in sources:
-        text = os.fspath(source)
-        if text.startswith("file://"):
-            text = normalize(text, None)[len("file://") :]
-        elif "://" in text:
-            raise FormatError(f"cannot virtualize {text!r}: sources must be local netCDF-4/HDF5 files")
-        path = os.path.realpath(text)
-        if not _is_hdf5(path, text):
-            raise FormatError(
-                f"{text!r} is not a netCDF-4/HDF5 file (netCDF-3 and others cannot be referenced)"
-            )
-        if path in paths:
-            raise FormatError(f"{text!r} is given twice")
-        paths.append(path)
-    return paths
-
-
-def _is_hdf5(path: str, shown: str) -> bool:
-    """The HDF5 signature at 0 or, after a user block, at 512, 1024, 2048... (where HDF5 looks)."""
+    files: list[_SourceFile] = []
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            at = 0
-            while at + 8 <= size:
-                handle.seek(at)
-                if handle.read(8) == HDF5_SIGNATURE:
-                    return True
-                at = 512 if at == 0 else at * 2
-    except OSError as exc:
-        raise StorageError(f"cannot read the source {shown!r}: {exc.strerror or exc}") from exc
+        for source in sources:
+            file = _source_file(source)
+            files.append(file)
+            if any(other.url == file.url for other in files[:-1]):
+                raise FormatError(f"{file.shown!r} is given twice")
+            if not file.is_hdf5():
+                raise FormatError(
+                    f"{file.shown!r} is not a netCDF-4/HDF5 file (netCDF-3 and others cannot be referenced)"
+                )
+    except BaseException:
+        for file in files:
+            file.close()
+        raise
+    return files
+
+
+def _source_file(source: str | os.PathLike[str]) -> _SourceFile:
+    text = os.fspath(source)
+    if isinstance(source, os.PathLike) or "://" not in text:
+        return _LocalFile(os.path.realpath(text), text)
+    if text.startswith("file://"):
+        return _LocalFile(normalize(text, None)[len("file://") :], text)
+    try:
+        url = parse_url(text)
+    except URLError as exc:
+        raise FormatError(f"cannot virtualize {text!r}: {exc}") from None
+    if not url.on_s3 or not url.path or url.path.endswith("/"):
+        raise FormatError(
+            f"cannot virtualize {text!r}: sources must be local netCDF-4/HDF5 files or S3 objects"
+        )
+    return _ObjectFile(url)
+
+
+def _grants(allow: Sequence[str], files: list[_SourceFile]) -> list[str | Container]:
+    """The containers the manifest may refer into: ``allow`` (S3 prefixes with the endpoint options of the
+    sources under them), else each source's own directory or bucket prefix."""
+    if isinstance(allow, str):
+        allow = [allow]
+    if not allow:
+        grants: dict[str, str | Container] = {}
+        for file in files:
+            grant = file.grant()
+            grants.setdefault(grant if isinstance(grant, str) else grant.prefix, grant)
+        return [grants[prefix] for prefix in sorted(grants)]
+    found: list[str | Container] = []
+    for prefix in allow:
+        if "://" not in prefix:
+            found.append(os.path.abspath(prefix) + "/")
+            continue
+        container = Container(prefix)
+        under = [f for f in files if isinstance(f, _ObjectFile) and f.url.startswith(container.prefix)]
+        found.append(Container(prefix, under[0].options) if under else prefix)
+    return found
+
+
+def _is_hdf5(read: Callable[[int, int], bytes], size: int) -> bool:
+    """The HDF5 signature at 0 or, after a user block, at 512, 1024, 2048... (where HDF5 looks)."""
+    at = 0
+    while at + 8 <= size:
+        if read(at, 8) == HDF5_SIGNATURE:
+            return True
+        at = 512 if at == 0 else at * 2
     return False
 
 
-def _manifest_url(destination: str | os.PathLike[str], sources: list[str]) -> ParsedURL:
+def _manifest_url(destination: str | os.PathLike[str], sources: list[_SourceFile]) -> ParsedURL:
     url = parse_url(destination)
     if url.driver != "manifest":
         if url.driver != DEFAULT_DRIVER[S3 if url.on_s3 else LOCAL]:
@@ -210,12 +270,17 @@ def _manifest_url(destination: str | os.PathLike[str], sources: list[str]) -> Pa
             f"{url.original!r}: a virtual dataset keeps its netCDF model (mode nczarr, not zarr)"
         )
     if url.on_s3:
+        if any(normalize(url.location, None) == file.url for file in sources):
+            raise DatasetExists(f"refusing to write the manifest over its source {url.original!r}")
         return url
     path = os.path.realpath(url.path)
-    if path in sources:
+    if any(file.url == "file://" + path for file in sources):
         raise DatasetExists(f"refusing to write the manifest over its source {url.original!r}")
     if os.path.isdir(path):
-        raise DatasetExists(f"{url.original!r} is a directory; the manifest is one kerchunk JSON file")
+        raise DatasetExists(
+            f"{url.original!r} is a directory; the manifest is one kerchunk JSON file (or a new .parq "
+            "directory)"
+        )
     if os.path.exists(path):
         try:
             with open(path, "rb") as handle:
@@ -234,12 +299,242 @@ def _stat(path: str) -> tuple[int, int]:
     return info.st_size, info.st_mtime_ns
 
 
+# ---------------------------------------------------------------------------------------------- sources
+class _SourceFile:
+    """One source as virtualize reads it (h5py, a few byte ranges) and as the manifest refers to it."""
+
+    name: str  # in messages and refusals: the real path, or s3://bucket/key
+    url: str  # in references: file:///real/path or s3://bucket/key
+    shown: str  # as the user gave it
+    error: Exception | None = None  # why a read through h5py failed (h5py reports only an OSError)
+
+    def is_hdf5(self) -> bool:
+        raise NotImplementedError
+
+    def open(self, h5py):
+        raise NotImplementedError
+
+    def read(self, offset: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    def grant(self) -> str | Container:
+        """The container it lies in by default (its directory or bucket prefix)."""
+        raise NotImplementedError
+
+    def recorded(self) -> dict:
+        """What the manifest records to recognise a changed source."""
+        raise NotImplementedError
+
+    def check_unchanged(self) -> None:
+        """StorageError if the source changed while it was read."""
+
+    def close(self) -> None:
+        pass
+
+
+class _LocalFile(_SourceFile):
+    def __init__(self, path: str, shown: str) -> None:
+        self.name = path
+        self.url = normalize(path, None)
+        self.shown = shown
+        self.stat: tuple[int, int] | None = None
+
+    def is_hdf5(self) -> bool:
+        try:
+            with open(self.name, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+
+                def read(offset: int, length: int) -> bytes:
+                    handle.seek(offset)
+                    return handle.read(length)
+
+                found = _is_hdf5(read, size)
+            self.stat = _stat(self.name)  # before h5py reads anything
+        except OSError as exc:
+            raise StorageError(f"cannot read the source {self.shown!r}: {exc.strerror or exc}") from exc
+        return found
+
+    def open(self, h5py):
+        try:
+            return h5py.File(self.name, "r")
+        except OSError as exc:
+            raise FormatError(f"cannot open {self.name!r} as netCDF-4/HDF5: {exc}") from exc
+
+    def read(self, offset: int, length: int) -> bytes:
+        return _read_bytes(self.name, offset, length)
+
+    def grant(self) -> str:
+        return os.path.dirname(self.name) + "/"
+
+    def recorded(self) -> dict:
+        size, mtime = self.stat
+        return {"size": size, "mtime": mtime}
+
+    def check_unchanged(self) -> None:
+        if _stat(self.name) != self.stat:  # raising here abandons the manifest unwritten
+            raise StorageError(f"the source {self.name} changed while it was being virtualized; run again")
+
+
+class _ObjectFile(_SourceFile):
+    """An S3 object: one HEAD (size, ETag), then ranged GETs conditional on that ETag."""
+
+    def __init__(self, url: ParsedURL) -> None:
+        import obstore
+
+        self.bucket, self.key = url.bucket, url.path
+        self.url = self.name = normalize(f"s3://{url.bucket}/{url.path}", None)
+        self.shown = url.original
+        options = {"endpoint": url.endpoint, "region": url.region, "profile": url.profile}
+        self.options = {k: v for k, v in options.items() if v}
+        self.store = byteranges.s3_store(
+            self.bucket, endpoint=url.endpoint, region=url.region, profile=url.profile
+        )
+        try:
+            meta = obstore.head(self.store, self.key)
+        except Exception as exc:
+            error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} does not exist") from exc
+        self.size = int(meta["size"])
+        self.etag = meta.get("e_tag")
+        self.reader = _RangeReader(self)
+
+    @property
+    def error(self) -> Exception | None:
+        return self.reader.error
+
+    def is_hdf5(self) -> bool:
+        return _is_hdf5(self.read, self.size)
+
+    def open(self, h5py):
+        self.reader.seek(0)
+        try:
+            return h5py.File(self.reader, "r")
+        except OSError as exc:
+            if self.reader.error is not None:
+                raise self.reader.error from None
+            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = self.reader.pread(offset, length)
+        if len(data) != length:
+            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
+        return data
+
+    def grant(self) -> Container:
+        folder = posixpath.dirname(self.key)
+        return Container(f"s3://{self.bucket}/{folder}/" if folder else f"s3://{self.bucket}/", self.options)
+
+    def recorded(self) -> dict:
+        found = {"size": self.size}
+        if self.etag:
+            found["etag"] = self.etag
+        return found
+
+    def get(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` in one GET, refused (StorageError) if the object is no longer the one
+        first seen."""
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        options: dict = {"range": (start, end)}
+        if self.etag:
+            options["if_match"] = self.etag
+        try:
+            data = bytes(obstore.get(self.store, self.key, options=options).bytes())
+        except PreconditionError:
+            raise StorageError(
+                f"the source {self.name} changed while it was being virtualized (its ETag is no longer "
+                f"{self.etag}); run again"
+            ) from None
+        except Exception as exc:
+            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} disappeared while it was read") from exc
+        if len(data) != end - start:
+            raise StorageError(f"{self.name} is shorter than the {self.size} bytes it had: it changed")
+        return data
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class _RangeReader(io.RawIOBase):
+    """A read-only, seekable file over an S3 object for h5py: aligned blocks of :data:`BLOCK` bytes, the
+    missing ones of a read fetched in one GET, the last :data:`CACHED_BLOCKS` kept; reads larger than half
+    the cache go straight through. ``requests`` counts the GETs."""
+
+    def __init__(self, source: _ObjectFile) -> None:
+        super().__init__()
+        self.source = source
+        self.size = source.size
+        self.position = 0
+        self.requests = 0
+        self.error: Exception | None = None
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        try:
+            data = self.pread(self.position, len(view))
+        except Exception as exc:
+            self.error = exc  # h5py turns any exception into its own OSError
+            raise
+        view[: len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def pread(self, offset: int, length: int) -> bytes:
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return b""
+        first, last = offset // BLOCK, (end - 1) // BLOCK
+        if last - first >= CACHED_BLOCKS // 2:
+            return self._get(offset, end)
+        missing = [n for n in range(first, last + 1) if n not in self._blocks]
+        if missing:
+            start = missing[0] * BLOCK
+            data = self._get(start, min((missing[-1] + 1) * BLOCK, self.size))
+            for n in range(missing[0], missing[-1] + 1):
+                self._blocks[n] = data[(n - missing[0]) * BLOCK : (n - missing[0] + 1) * BLOCK]
+        parts = []
+        for n in range(first, last + 1):
+            self._blocks.move_to_end(n)
+            parts.append(self._blocks[n])
+        while len(self._blocks) > CACHED_BLOCKS:
+            self._blocks.popitem(last=False)
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return data[offset - first * BLOCK : end - first * BLOCK]
+
+    def _get(self, start: int, end: int) -> bytes:
+        self.requests += 1
+        return self.source.get(start, end)
+
+    def close(self) -> None:
+        self._blocks.clear()
+        super().close()
+
+
 # ------------------------------------------------------------------------------------ reading a source
 @dataclass
 class _Storage:
     """Where one file keeps one variable's data."""
 
-    source: str  # the file's real path
+    source: str  # the file's real path, or s3://bucket/key
     dataset: object  # the h5py Dataset
     kind: str  # "chunked", "contiguous", "compact" (or "virtual"/"external", refused)
     shape: tuple[int, ...]
@@ -251,6 +546,7 @@ class _Storage:
     corners: array = field(default_factory=lambda: array("q"))
     offsets: array = field(default_factory=lambda: array("q"))
     sizes: array = field(default_factory=lambda: array("q"))
+    file: _SourceFile | None = None  # where small chunks are read from
 
 
 class _SourceVariable(Variable):
@@ -270,19 +566,20 @@ class _Tree:
     refused: list[Refusal]
 
 
-def _read_tree(handle, source: str) -> _Tree:
+def _read_tree(handle, file: _SourceFile) -> _Tree:
     """The netCDF model of an open HDF5 file, as netCDF-C presents it."""
-    reader = _TreeReader(source)
+    reader = _TreeReader(file)
     root = Group("/", None)
     reader.read_group(handle["/"], root)
     reader.resolve_variables(root)
     reader.size_unlimited()
-    return _Tree(source, root, reader.refused)
+    return _Tree(file.name, root, reader.refused)
 
 
 class _TreeReader:
-    def __init__(self, source: str) -> None:
-        self.source = source
+    def __init__(self, file: _SourceFile) -> None:
+        self.file = file
+        self.source = file.name
         self.refused: list[Refusal] = []
         self.dims_by_path: dict[str, Dimension] = {}
         self.dims_by_id: dict[int, Dimension] = {}
@@ -361,7 +658,7 @@ class _TreeReader:
         for dim, length in zip(dims, shape, strict=True):
             if dim.unlimited:
                 self.extents[id(dim)].append(length)
-        storage = _storage(dataset, self.source, storage_dtype.itemsize)
+        storage = _storage(dataset, self.file, storage_dtype.itemsize)
         codecs = storage.codecs
         compressors = ("zlib", "zstd", "bz2", "blosc")
         compressor = codecs[-1] if codecs and codecs[-1]["id"] in compressors else None
@@ -559,20 +856,24 @@ def _fill(dataset, nctype) -> object:
     return np.asarray(value).astype(nctype.numpy)[()]
 
 
-def _storage(dataset, source: str, itemsize: int) -> _Storage:
+def _storage(dataset, file: _SourceFile, itemsize: int) -> _Storage:
     from h5py import h5d
+
+    source = file.name
 
     plist = dataset.id.get_create_plist()
     layout = plist.get_layout()
     shape = tuple(int(n) for n in dataset.shape)
     if layout == getattr(h5d, "VIRTUAL", 3):
-        return _Storage(source, dataset, "virtual", shape, problem="it is an HDF5 virtual dataset")
+        return _Storage(source, dataset, "virtual", shape, problem="it is an HDF5 virtual dataset", file=file)
     if plist.get_external_count():
-        return _Storage(source, dataset, "external", shape, problem="its data is in external raw files")
+        return _Storage(
+            source, dataset, "external", shape, problem="its data is in external raw files", file=file
+        )
     if layout == h5d.COMPACT:
-        return _Storage(source, dataset, "compact", shape)
+        return _Storage(source, dataset, "compact", shape, file=file)
     if layout == h5d.CONTIGUOUS:
-        storage = _Storage(source, dataset, "contiguous", shape, offset=dataset.id.get_offset())
+        storage = _Storage(source, dataset, "contiguous", shape, offset=dataset.id.get_offset(), file=file)
         needed = math.prod(shape) * itemsize
         if storage.offset is not None and dataset.id.get_storage_size() < needed:
             storage.problem = (
@@ -580,7 +881,7 @@ def _storage(dataset, source: str, itemsize: int) -> _Storage:
             )
         return storage
     chunks = tuple(int(n) for n in dataset.chunks)
-    storage = _Storage(source, dataset, "chunked", shape, chunks)
+    storage = _Storage(source, dataset, "chunked", shape, chunks, file=file)
     storage.codecs, storage.problem = _codecs(plist, itemsize, math.prod(chunks) * itemsize)
     if storage.problem is None:
         storage.problem = _read_chunk_index(storage)
@@ -895,7 +1196,7 @@ def _write(
     grants: list[str],
     netcdf_version: str | None,
     progress: Progress | None,
-    stats: dict[str, tuple[int, int]],
+    files: list[_SourceFile],
 ) -> VirtualizeResult:
     zmap = open_map(url, "w", containers=grants)
     try:
@@ -908,7 +1209,7 @@ def _write(
     except BaseException:
         zmap.abort()
         raise
-    result = VirtualizeResult(zmap.location, refused=list(plan.refused))
+    result = VirtualizeResult(zmap.location, refused=list(plan.refused), containers=as_containers(grants))
     with target:
         variables = _keep_writable(plan, target, result)
         _copy_group(plan.root, target)
@@ -929,11 +1230,9 @@ def _write(
                     done += 1
                     if progress is not None and (done == total or done % max(1, total // 200) == 0):
                         progress(done, total)
-        for source in plan.sources:
-            if _stat(source) != stats[source]:  # raising here abandons the manifest unwritten
-                raise StorageError(f"the source {source} changed while it was being virtualized; run again")
-            size, mtime = stats[source]
-            zmap.manifest.sources[normalize(source, None)] = {"size": size, "mtime": mtime}
+        for file in files:
+            file.check_unchanged()  # raising here abandons the manifest unwritten
+            zmap.manifest.sources[file.url] = file.recorded()
         result.variables = len(variables)
     return result
 
@@ -996,7 +1295,7 @@ def _entries(variable: _SourceVariable, storage: _Storage, shift: int, count_onl
             flat = values.reshape(-1).view(np.uint8) if values.ndim else values.reshape(1).view(np.uint8)
             yield tuple(index), bytes(flat[number * length : (number + 1) * length])
         elif length < SMALL_CHUNK:
-            yield tuple(index), _read_bytes(storage.source, storage.offset + number * length, length)
+            yield tuple(index), storage.file.read(storage.offset + number * length, length)
         else:
             yield tuple(index), (storage.offset + number * length, length)
 

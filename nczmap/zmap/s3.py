@@ -58,8 +58,8 @@ class S3Map(ZMap):
     def _error(self, exc: Exception, action: str, key: str = "") -> Exception:
         where = f"{action} {key!r} in {self.location}" if key else f"{action} {self.location}"
         error = byteranges.store_error(exc, where, self.bucket) or EmptyError(key, self.location)
-        unsigned = not byteranges.credentials_found(self.url.profile)
-        if unsigned and isinstance(error, AccessDenied | StorageError):  # obstore asked the instance role
+        no_credentials = not byteranges.credentials_found(self.url.profile)
+        if no_credentials and isinstance(error, AccessDenied | StorageError):  # the instance role refused
             profile = self.url.profile or os.environ.get("AWS_PROFILE") or "default"
             return AccessDenied(f"cannot {where}: {byteranges.NO_CREDENTIALS.format(profile=profile)}")
         return error
