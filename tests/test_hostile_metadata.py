@@ -75,7 +75,7 @@ def test_a_compressed_chunk_that_inflates_past_its_size_stops_there(tmp_path):
     start = time.perf_counter()
     with (
         nczmap.open_dataset(str(path)) as ds,
-        pytest.raises(FormatError, match=r"inflates beyond the chunk's 40"),
+        pytest.raises(FormatError, match=r"inflates beyond the chunk's \d+ bytes"),
     ):
         ds.variables["v"][...]
     assert time.perf_counter() - start < 5

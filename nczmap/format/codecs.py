@@ -40,8 +40,12 @@ class CodecChain:
         """The decoded bytes as a buffer (bytes or a numpy array).
 
         ``limit`` (the chunk's size in bytes) bounds every stage: a compressed chunk that would inflate
-        beyond it fails before the memory is taken, as a zip bomb of a chunk should.
+        beyond it fails before the memory is taken, as a zip bomb of a chunk should. Stages before the last
+        filter may be a little larger (fletcher32 adds a checksum), so the bound has a margin; the caller
+        checks the final size exactly.
         """
+        if limit is not None:
+            limit += max(1 << 16, limit // 8)
         for codec, config in reversed(list(zip(self._instances(where), self.configs, strict=True))):
             name = config.get("id")
             try:
