@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import re
 import shutil
-import socket
 import time
 
 from nczmap.errors import DatasetLocked, NCZError, from_os_error
@@ -51,7 +49,11 @@ def lock_timeout() -> float:
 
 def _short(name: str) -> str:
     """``name``, or its hash when a reserved name built on it would be too long for a file name."""
-    return name if len(os.fsencode(name)) <= _NAME_MAX else hashlib.sha256(os.fsencode(name)).hexdigest()
+    if len(os.fsencode(name)) <= _NAME_MAX:
+        return name
+    import hashlib  # imported here: every reader imports this module, few names are this long
+
+    return hashlib.sha256(os.fsencode(name)).hexdigest()
 
 
 def lock_path(dataset: str) -> str:
@@ -174,7 +176,7 @@ def _record(fd: int) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with contextlib.suppress(OSError):  # only the error message of a refused writer needs this
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {os.uname().nodename} {stamp}\n".encode(), 0)
 
 
 def _holder(fd: int) -> str:
@@ -182,7 +184,7 @@ def _holder(fd: int) -> str:
     if len(fields) < 3 or not fields[0].isdigit():
         return "another writer"
     pid, host, since = fields[:3]
-    if int(pid) == os.getpid() and host == socket.gethostname():
+    if int(pid) == os.getpid() and host == os.uname().nodename:
         return f"another map open for writing in this process (pid {pid}) since {since}"
     return f"process {pid} on host {host} since {since}"
 
