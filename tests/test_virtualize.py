@@ -620,3 +620,201 @@ def test_cli_shows_progress_on_a_terminal(tmp_path):
         os.close(leader)
     assert done.returncode == 0
     assert b"\r" in shown and b"chunks" in shown
+
+
+# ------------------------------------------------------------------------------------- sources on S3
+@pytest.fixture
+def s3_proxy(s3_server):
+    """The counting proxy in front of moto (tests/s3proxy.py): what virtualizing an object costs."""
+    from s3proxy import S3Proxy
+
+    with S3Proxy(s3_server.endpoint) as running:
+        yield running
+
+
+def write_spread(path: Path, records: int) -> None:
+    """A netCDF-4 file whose chunk indexes HDF5 spreads over the whole file as it grows: three zlib
+    variables of ``records`` records of 6 chunks, a contiguous one, a tiny one, a group."""
+    rng = np.random.default_rng(records)
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.title = "on S3"
+        ds.createDimension("time", None)
+        ds.createDimension("y", 200)
+        ds.createDimension("x", 300)
+        ds.createVariable("time", "f8", ("time",))[:] = np.arange(records) * 6.0
+        for name in ("a", "b", "c"):
+            variable = ds.createVariable(name, "f4", ("time", "y", "x"), zlib=True, chunksizes=(1, 50, 100))
+            variable[:] = rng.normal(size=(records, 200, 300))
+        ds.createVariable("plain", "i4", ("y", "x"), contiguous=True)[:] = rng.integers(0, 99, (200, 300))
+        ds.createVariable("tiny", "i2", ("time",), contiguous=False)[:] = np.arange(records)
+        group = ds.createGroup("g")
+        group.createVariable("h", "f8", ("y",), zlib=True, chunksizes=(50,))[:] = np.arange(200) / 4
+
+
+def upload(s3_server, path: Path, key: str | None = None) -> tuple[str, str]:
+    """Put ``path`` in the test bucket (under a new prefix unless ``key`` is given): (key, its ETag)."""
+    import uuid
+
+    from s3server import BUCKET
+
+    key = key or f"{uuid.uuid4().hex}/{path.name}"
+    client = s3_server.client()
+    client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+    return key, client.head_object(Bucket=BUCKET, Key=key)["ETag"]
+
+
+def assert_values(refs: Path, expected: dict[str, np.ndarray], **options) -> None:
+    with nczmap.open_dataset(manifest_url(refs), **options) as ds:
+        ours = {v.key: v for g in ds.walk() for v in g.variables.values()}
+        assert set(ours) == set(expected)
+        for key, values in expected.items():
+            assert np.array_equal(ours[key][...], values), key
+
+
+def test_an_s3_object_virtualizes_in_a_few_requests_to_the_references_of_the_file(
+    tmp_path, s3_server, s3_proxy
+):
+    from s3server import BUCKET
+
+    from nczmap.manifest.containers import Container
+
+    source = tmp_path / "spread.nc"
+    write_spread(source, 12)  # 8 MB, 435 chunks
+    key, etag = upload(s3_server, source)
+    refs = tmp_path / "refs.json"
+    s3_proxy.reset()
+    result = virtualize([f"{s3_proxy.endpoint}/{BUCKET}/{key}#mode=s3"], refs)
+    counts = s3_proxy.snapshot()
+    print(f"virtualizing {source.stat().st_size} bytes, {result.references} references: {counts}")
+    assert counts["HEAD"] == 1 and 1 <= counts["GET"] <= 16, counts
+    assert s3_proxy.total() == counts["HEAD"] + counts["GET"]
+    assert result.refused == [] and result.references > 400
+
+    # the same manifest as the local file's, referring to the object
+    local = tmp_path / "local.json"
+    virtualize([source], local)
+    ours, theirs = json.loads(refs.read_text()), json.loads(local.read_text())
+    assert set(ours["refs"]) == set(theirs["refs"])
+    for name, value in theirs["refs"].items():
+        if isinstance(value, list):
+            assert ours["refs"][name] == [f"s3://{BUCKET}/{key}", *value[1:]], name
+        else:
+            assert ours["refs"][name] == value, name
+    assert ours["nczmap"]["sources"] == {
+        f"s3://{BUCKET}/{key}": {"size": source.stat().st_size, "etag": etag}
+    }
+    prefix = key.rsplit("/", 1)[0]
+    assert result.containers == [Container(f"s3://{BUCKET}/{prefix}/", {"endpoint": s3_proxy.endpoint})]
+
+    expected = values_by_netcdf4(source)
+    s3_proxy.reset()
+    assert_values(refs, expected, containers=result.containers)  # the grant virtualize used
+    assert s3_proxy.snapshot()["GET"] > 0 and s3_proxy.snapshot()["PUT"] == 0
+    grant = {f"s3://{BUCKET}/{prefix}/": {"endpoint": s3_server.endpoint}}  # spelled by hand, no proxy
+    assert_values(refs, expected, containers=grant)
+    with nczmap.open_dataset(manifest_url(refs)) as ds, pytest.raises(AccessDenied, match=prefix):
+        ds.variables["a"][...]
+
+
+def test_an_s3_source_replaced_after_virtualizing_is_an_error_naming_its_etag(tmp_path, s3_server):
+    from s3server import BUCKET
+
+    first, second = tmp_path / "first.nc", tmp_path / "second.nc"
+    write_part(first, 0, 4)
+    write_part(second, 100, 4)
+    key, etag = upload(s3_server, first)
+    refs = tmp_path / "refs.json"
+    result = virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"], refs)
+    assert_values(refs, values_by_netcdf4(first), containers=result.containers)
+    upload(s3_server, second, key)
+    changed = pytest.raises(
+        StorageError, match=re.escape(f"s3://{BUCKET}/{key}") + ".*" + re.escape(f"ETag {etag}")
+    )
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds, changed:
+        ds.variables["field"][...]
+
+
+def test_an_s3_source_replaced_while_it_is_read_is_an_error(tmp_path, s3_server):
+    """Every range GET is conditional on the ETag first seen: bytes of another version are never mixed in."""
+    from s3server import BUCKET
+
+    from nczmap.integrations.virtualize import _ObjectFile
+    from nczmap.url import parse_url
+
+    first, second = tmp_path / "first.nc", tmp_path / "second.nc"
+    write_spread(first, 2)  # larger than the first block
+    write_spread(second, 3)
+    key, _ = upload(s3_server, first)
+    source = _ObjectFile(parse_url(f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"))
+    try:
+        assert source.is_hdf5()  # the first block is cached: read again below without a request
+        upload(s3_server, second, key)
+        assert source.read(0, 8) == first.read_bytes()[:8]
+        with pytest.raises(StorageError, match="changed while it was being virtualized"):
+            source.read(source.size - 8, 8)
+    finally:
+        source.close()
+
+
+def test_cli_virtualizes_s3_objects_along_time(tmp_path, s3_server):
+    import uuid
+
+    from s3server import BUCKET
+
+    parts = [tmp_path / f"part{i}.nc" for i in range(3)]
+    prefix = uuid.uuid4().hex
+    urls = []
+    for path, (start, count) in zip(parts, [(0, 4), (4, 8), (12, 3)], strict=True):
+        write_part(path, start, count)
+        key, _ = upload(s3_server, path, f"{prefix}/{path.name}")
+        urls.append(f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3")
+    refs = tmp_path / "refs.json"
+    done = nczmap_command("virtualize", *urls, refs, "--concat", "time")  # credentials from the environment
+    assert done.returncode == 0, done.stderr
+    grant = {f"s3://{BUCKET}/{prefix}/": {"endpoint": s3_server.endpoint}}
+    sources = [netCDF4.Dataset(p) for p in parts]
+    try:
+        with nczmap.open_dataset(manifest_url(refs), containers=grant) as ds:
+            for name, axis in (("time", 0), ("field", 0), ("columns", 1)):
+                expected = np.concatenate([np.ma.getdata(s[name][...]) for s in sources], axis=axis)
+                assert np.array_equal(ds.variables[name][...], expected), name
+    finally:
+        for source in sources:
+            source.close()
+    document = json.loads(refs.read_text())
+    assert set(document["nczmap"]["sources"]) == {f"s3://{BUCKET}/{prefix}/{p.name}" for p in parts}
+
+
+def test_an_allowed_s3_prefix_takes_the_endpoint_of_its_sources(tmp_path, s3_server):
+    from s3server import BUCKET
+
+    source = tmp_path / "data.nc"
+    write_part(source, 0, 4)
+    key, _ = upload(s3_server, source)
+    prefix = key.split("/")[0]
+    url = f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"
+    result = virtualize([url], tmp_path / "refs.json", allow=[f"s3://{BUCKET}/"])
+    assert [(c.prefix, dict(c.options)) for c in result.containers] == [
+        (f"s3://{BUCKET}/", {"endpoint": s3_server.endpoint})
+    ]
+    assert_values(tmp_path / "refs.json", values_by_netcdf4(source), containers=result.containers)
+    with pytest.raises(AccessDenied, match=f"s3://{BUCKET}/{prefix}"):
+        virtualize([url], tmp_path / "other.json", allow=[f"s3://{BUCKET}/{prefix}-other/"])
+    assert not (tmp_path / "other.json").exists()
+
+
+def test_s3_sources_that_are_missing_or_not_hdf5_are_refused_by_name(tmp_path, s3_server):
+    from s3server import BUCKET
+
+    text = tmp_path / "notes.nc"
+    text.write_bytes(b"CDF\x01" + bytes(100))  # netCDF-3
+    key, _ = upload(s3_server, text)
+    with pytest.raises(FormatError, match=re.escape(key) + ".*not a netCDF-4/HDF5 file"):
+        virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"], tmp_path / "refs.json")
+    with pytest.raises(StorageError, match=re.escape(f"s3://{BUCKET}/{key}-gone does not exist")):
+        virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}-gone#mode=s3"], tmp_path / "refs.json")
+    with pytest.raises(FormatError, match="local netCDF-4/HDF5 files or S3 objects"):
+        virtualize(["https://example.com/data.nc"], tmp_path / "refs.json")  # a web server, not S3
+    with pytest.raises(FormatError, match=re.escape("cannot virtualize 'gs://bucket/data.nc'")):
+        virtualize(["gs://bucket/data.nc"], tmp_path / "refs.json")
+    assert not (tmp_path / "refs.json").exists()

@@ -510,9 +510,17 @@ def _record(table: ArrayReferences, array: str, record: int, record_size: int, i
         _int64_array(np.where(refs & ~whole, lengths, 0)),
         raw,
     ]
+    # offset and size are never null: declared so, fastparquet (VirtualiZarr's reader) reads them as
+    # integers rather than as nullable floats
+    schema = pa.schema(
+        [
+            pa.field(name, column.type, nullable=name in ("path", "raw"))
+            for name, column in zip(COLUMNS, columns, strict=True)
+        ]
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(
-        pa.Table.from_arrays(columns, names=list(COLUMNS)), sink, compression="zstd", write_statistics=False
+        pa.Table.from_arrays(columns, schema=schema), sink, compression="zstd", write_statistics=False
     )
     return sink.getvalue().to_pybytes()
 
