@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from kerchunk_oracle import kerchunk_hdf_references
 
 import nczmap
 
@@ -225,9 +226,9 @@ def test_virtualizarr_parquet_references_read_by_nczmap(source, expected, tmp_pa
 
 def test_kerchunk_hdf_references_read_by_nczmap(source, expected, tmp_path):
     """kerchunk's own HDF5 scanner (small chunks inlined, filters as numcodecs configs, groups)."""
-    hdf = pytest.importorskip("kerchunk.hdf")
+    pytest.importorskip("kerchunk.hdf")
     with open(source, "rb") as handle:
-        refs = hdf.SingleHdf5ToZarr(handle, str(source)).translate()
+        refs = kerchunk_hdf_references(handle, str(source))
     assert any(
         isinstance(v, str) and v.startswith("base64:") for k, v in refs["refs"].items() if "/." not in k
     )
