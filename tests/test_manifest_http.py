@@ -10,6 +10,7 @@ import threading
 
 import numpy as np
 import pytest
+from kerchunk_refs import array_refs
 
 import nczmap
 from nczmap import AccessDenied, StorageError
@@ -119,26 +120,7 @@ def server(monkeypatch):
 
 # ---------------------------------------------------------------------------------------------- manifests
 def _array_refs(data_url: str | list[str], shuffle: bool = True) -> dict:
-    urls = [data_url] * CHUNKS if isinstance(data_url, str) else data_url
-    refs: dict[str, object] = {
-        ".zgroup": json.dumps({"zarr_format": 2}),
-        "v/.zarray": json.dumps(
-            {
-                "zarr_format": 2,
-                "shape": [len(VALUES)],
-                "chunks": [CHUNK_BYTES // 8],
-                "dtype": "<f8",
-                "compressor": None,
-                "filters": None,
-                "fill_value": None,
-                "order": "C",
-            }
-        ),
-        "v/.zattrs": json.dumps({"_ARRAY_DIMENSIONS": ["x"]}),
-    }
-    order = np.random.default_rng(5).permutation(CHUNKS) if shuffle else range(CHUNKS)
-    refs.update({f"v/{i}": [urls[int(i) % len(urls)], int(i) * CHUNK_BYTES, CHUNK_BYTES] for i in order})
-    return refs
+    return array_refs(data_url, CHUNKS, CHUNK_BYTES, 5 if shuffle else None)
 
 
 def _manifest(tmp_path, refs: dict, sources: dict | None = None) -> str:

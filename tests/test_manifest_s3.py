@@ -7,6 +7,7 @@ import uuid
 
 import numpy as np
 import pytest
+from kerchunk_refs import array_refs
 from s3proxy import S3Proxy
 from s3server import BUCKET
 
@@ -23,25 +24,7 @@ def proxy(s3_server):
 
 
 def _array_refs(data_url: str) -> dict:
-    refs = {
-        ".zgroup": json.dumps({"zarr_format": 2}),
-        "v/.zarray": json.dumps(
-            {
-                "zarr_format": 2,
-                "shape": [CHUNKS * CHUNK_BYTES // 8],
-                "chunks": [CHUNK_BYTES // 8],
-                "dtype": "<f8",
-                "compressor": None,
-                "filters": None,
-                "fill_value": None,
-                "order": "C",
-            }
-        ),
-        "v/.zattrs": json.dumps({"_ARRAY_DIMENSIONS": ["x"]}),
-    }
-    order = np.random.default_rng(3).permutation(CHUNKS)
-    refs.update({f"v/{i}": [data_url, int(i) * CHUNK_BYTES, CHUNK_BYTES] for i in order})
-    return refs
+    return array_refs(data_url, CHUNKS, CHUNK_BYTES)
 
 
 def _upload(s3_server, prefix: str) -> np.ndarray:
