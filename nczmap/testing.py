@@ -503,29 +503,19 @@ class WriteContract(_Contract):
         assert zmap.read("/v/.zarray") == b"{}"
         assert zmap.exists("v/.zarray")
 
-    def test_objects_are_leaves(self) -> None:
+    @pytest.mark.parametrize("below", ["b", "b/c"], ids=["child", "deep"])
+    def test_objects_are_leaves(self, below: str) -> None:
         zmap = self.writable()
         zmap.write("/a", b"1")
         with pytest.raises(KeyConflictError, match="'/a' is an object"):
-            zmap.write("/a/b", b"2")
-        zmap.write("/d/e", b"3")
+            zmap.write(f"/a/{below}", b"2")
+        zmap.write(f"/d/{below}", b"3")
         with pytest.raises(KeyConflictError, match="directory"):
             zmap.write("/d", b"4")
         assert zmap.read("/a") == b"1"
-        assert zmap.read("/d/e") == b"3"
-        assert not zmap.exists("/a/b")
+        assert zmap.read(f"/d/{below}") == b"3"
+        assert not zmap.exists(f"/a/{below}")
         assert not zmap.exists("/d")
-
-    def test_objects_are_leaves_deep(self) -> None:
-        zmap = self.writable()
-        zmap.write("/a", b"1")
-        with pytest.raises(KeyConflictError, match="'/a' is an object"):
-            zmap.write("/a/b/c", b"2")
-        zmap.write("/d/e/f", b"3")
-        with pytest.raises(KeyConflictError, match="directory"):
-            zmap.write("/d", b"4")
-        assert zmap.read("/a") == b"1"
-        assert zmap.read("/d/e/f") == b"3"
 
     def test_write_accepts_buffers(self) -> None:
         zmap = self.writable()
