@@ -249,6 +249,19 @@ class ZMap(ABC):
         """Close without committing anything not yet committed (only the zip driver stages writes)."""
         self.close()
 
+    # ----------------------------------------------------------------- pickling
+    def __reduce__(self):
+        """Maps travel to other processes (dask workers) as their URL and reopen there: read-only maps
+        read-only, writable ones as ``r+`` (never ``w``, which would empty the dataset), with the same
+        driver options. A map without a URL (memory) travels with its content."""
+        if self.url is None:
+            return super().__reduce__()
+        return (_reopen, (type(self), self.url, "r" if self.mode == "r" else "r+", self.reopen_options()))
+
+    def reopen_options(self) -> dict[str, object]:
+        """The driver options this map was opened with, for reopening it elsewhere."""
+        return {}
+
     def __repr__(self) -> str:
         state = "closed" if self._closed else self.mode
         return f"<{type(self).__name__} {self.location!r} ({state})>"
@@ -310,3 +323,7 @@ class ZMap(ABC):
             missing = [name for name in primitives if getattr(cls, name) is getattr(ZMap, name)]
             if missing:
                 raise TypeError(f"{cls.__name__} declares writable = True but lacks {', '.join(missing)}")
+
+
+def _reopen(cls: type[ZMap], url: ParsedURL, mode: str, options: dict[str, object]) -> ZMap:
+    return cls(url, mode, **options)

@@ -64,6 +64,10 @@ class FileMap(ZMap):
         self._directory_inside: dict[str, bool] = {}  # directory key -> really in the store (links only)
         self._scanned: set[str] = set()  # directory keys whose entries were checked for links
 
+    def reopen_options(self) -> dict[str, object]:
+        # A copy in another process (a dask worker) writes under the lock this map holds.
+        return {} if self.readonly else {"lock": False}
+
     # ----------------------------------------------------------------- opening
     def _open_root(self) -> None:
         if self.mode == "w":

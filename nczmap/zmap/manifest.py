@@ -66,6 +66,10 @@ class ManifestMap(ZMap):
         self._index: KeyIndex | None = None
         self._store = None  # the obstore store holding an S3 manifest
         self.manifest = self._load()
+        self._options = {"containers": containers, "gap": gap}
+
+    def reopen_options(self) -> dict[str, object]:
+        return dict(self._options)
 
     # ----------------------------------------------------------------- the manifest itself
     def _load(self) -> Manifest:

@@ -91,6 +91,16 @@ class ZipMap(ZMap):
         self._dirty = self._dirty or mode == "w"
 
     # ----------------------------------------------------------------- opening
+
+    def __reduce__(self):
+        if not self.readonly:
+            # Each process would rewrite the whole archive at close: all but the last one's writes are lost.
+            raise StorageError(
+                f"{self.location} is a zip archive open for writing: it cannot be shared with other processes"
+                " (write it from one process, or write a directory store and zip it)"
+            )
+        return super().__reduce__()
+
     def _open_archive(self) -> None:
         exists = os.path.lexists(self.path)
         if not exists and self.mode in ("r", "r+"):
