@@ -15,16 +15,19 @@ from nczmap.errors import SelectionError
 def normalize_selection(selection: object, shape: tuple[int, ...], where: str):
     """Per-dimension positions (ranges) and which dimensions an integer index removes."""
     items = list(selection) if isinstance(selection, tuple) else [selection]
-    if items.count(Ellipsis) > 1:
+    ellipses = [at for at, item in enumerate(items) if item is Ellipsis]
+    if len(ellipses) > 1:
         raise SelectionError(f"{where}: only one '...' allowed")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (len(shape) - len(items) + 1)
     items += [slice(None)] * (len(shape) - len(items))
     if len(items) != len(shape):
         raise SelectionError(f"{where}: {len(items)} indices for {len(shape)} dimensions")
     indices, squeeze = [], []
     for item, size in zip(items, shape, strict=True):
+        if isinstance(item, np.ndarray) and item.ndim == 0:
+            item = item.item()
         if isinstance(item, slice):
             indices.append(range(*item.indices(size)))
             squeeze.append(False)
@@ -34,9 +37,39 @@ def normalize_selection(selection: object, shape: tuple[int, ...], where: str):
                 raise SelectionError(f"{where}: index {item} out of range for size {size}")
             indices.append(range(position, position + 1))
             squeeze.append(True)
+        elif isinstance(item, (list, np.ndarray)):
+            indices.append(positions(item, size, where))
+            squeeze.append(False)
         else:
-            raise SelectionError(f"{where}: unsupported index {item!r} (use integers, slices and ...)")
+            raise SelectionError(
+                f"{where}: unsupported index {item!r} (integers, slices, 1-D integer or boolean arrays, ...)"
+            )
     return indices, squeeze
+
+
+def positions(item: list | np.ndarray, size: int, where: str) -> range | np.ndarray:
+    """The positions a 1-D integer or boolean array selects along one dimension (outer indexing, as in
+    netCDF4-python): a range when they are evenly spaced and ascending, so slices' fast paths apply."""
+    array = np.asarray(item)
+    if array.ndim != 1:
+        raise SelectionError(f"{where}: index arrays must be one-dimensional, not shape {array.shape}")
+    if array.dtype == bool:
+        if len(array) != size:
+            raise SelectionError(f"{where}: boolean index of length {len(array)} for a dimension of {size}")
+        array = np.flatnonzero(array)
+    if array.size == 0:
+        return range(0)
+    if array.dtype.kind not in "iu":
+        raise SelectionError(f"{where}: index array of {array.dtype} (integers or booleans only)")
+    array = np.where(array < 0, array + size, array).astype(np.int64)
+    if array.min() < 0 or array.max() >= size:
+        raise SelectionError(f"{where}: index array out of range for size {size}")
+    if len(array) == 1:
+        return range(int(array[0]), int(array[0]) + 1)
+    step = int(array[1] - array[0])
+    if step > 0 and np.array_equal(array, np.arange(array[0], array[0] + step * len(array), step)):
+        return range(int(array[0]), int(array[-1]) + 1, step)
+    return array
 
 
 Selector: TypeAlias = "slice | np.ndarray"
@@ -54,10 +87,12 @@ def chunk_plan(indices: list[range], chunks: tuple[int, ...]):
         yield tuple(c[0] for c in combo), (tuple(c[1] for c in combo), tuple(c[2] for c in combo))
 
 
-def dimension_plan(ix: range, size: int) -> list[tuple[int, Selector, Selector]]:
+def dimension_plan(ix: range | np.ndarray, size: int) -> list[tuple[int, Selector, Selector]]:
     if not len(ix):
         return []
-    if ix.step == 1:  # contiguous: chunk boundaries by arithmetic, no per-element arrays
+    if (
+        isinstance(ix, range) and ix.step == 1
+    ):  # contiguous: chunk boundaries by arithmetic, no per-element arrays
         first, last = ix.start // size, (ix.stop - 1) // size
         plan = []
         for chunk_id in range(first, last + 1):
