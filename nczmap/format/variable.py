@@ -106,6 +106,11 @@ class Variable:
         return f"<Variable {self.key!r} {self.nctype.name}{self.dimensions} shape={self.shape}>"
 
     # ----------------------------------------------------------------- data
+    def __array__(self, dtype: object = None, copy: bool | None = None) -> np.ndarray:
+        """All values, so that ``np.asarray(variable)`` and ``xr.DataArray(variable)`` work."""
+        values = self.read()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
     def __getitem__(self, selection: object) -> np.ndarray:
         return self.read(selection)
 
@@ -113,7 +118,8 @@ class Variable:
         self.group.editor().write_selection(self, selection, values)
 
     def read(self, selection: object = Ellipsis) -> np.ndarray:
-        """Values selected with integers, slices (any step) and ``...``, as a numpy array."""
+        """Values selected with integers, slices (any step), ``...`` and 1-D integer or boolean arrays (each
+        selecting along its own dimension, as netCDF4-python does), as a numpy array."""
         indices, squeeze = normalize_selection(selection, self.shape, self.key)
         if self.layout.scalar:
             indices = [range(1)]
@@ -189,7 +195,12 @@ class Variable:
         (single-chunk) extents of every other dimension: such chunks are contiguous blocks of the output.
         0 when the selection does not have that shape."""
         chunks = self.layout.chunks
-        if self.layout.scalar or not chunks or not self._raw():
+        if (
+            self.layout.scalar
+            or not chunks
+            or not self._raw()
+            or not all(isinstance(ix, range) for ix in indices)
+        ):
             return 0
         first = indices[0]
         if first.step != 1 or first.start % chunks[0]:
