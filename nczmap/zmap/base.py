@@ -258,6 +258,12 @@ class ZMap(ABC):
             return super().__reduce__()
         return (_reopen, (type(self), self.url, "r" if self.mode == "r" else "r+", self.reopen_options()))
 
+    def reopened(self, mode: str) -> ZMap:
+        """A new map on the same storage (``mode`` as for :func:`nczmap.open_map`)."""
+        if self.url is None:
+            raise StorageError(f"{self.location} has no URL to open it again by")
+        return type(self)(self.url, mode, **self.reopen_options())
+
     def reopen_options(self) -> dict[str, object]:
         """The driver options this map was opened with, for reopening it elsewhere."""
         return {}

@@ -1,0 +1,229 @@
+"""The xarray engine ``"nczmap"``: ``xr.open_dataset(url, engine="nczmap")`` on nczmap's own reader.
+
+Every dialect nczmap reads (NCZarr 4.8.0 to 4.9.3+, pure Zarr, the xarray convention) gives named
+dimensions and typed netCDF attributes; variables come through the store as netCDF4-python gives them
+(char arrays as ``S1``, strings as variable-length ``str``, ``_FillValue`` and ``scale_factor`` as
+attributes), so xarray's CF decoding treats them as it treats netCDF files. Data is read lazily through
+:class:`NCZmapArray`, which takes xarray's outer indexing (vectorised indexing is done by xarray on top).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any, ClassVar
+
+from xarray import Dataset as XDataset
+from xarray import DataTree, Variable
+from xarray.backends import BackendArray, BackendEntrypoint
+from xarray.backends.common import AbstractDataStore
+from xarray.backends.store import StoreBackendEntrypoint
+from xarray.coding.strings import create_vlen_dtype
+from xarray.core import indexing
+from xarray.core.utils import FrozenDict
+
+from nczmap._lazy import numpy as np
+from nczmap.api import open_dataset as open_nczmap
+from nczmap.errors import URLError
+from nczmap.format import Dataset, open_on
+from nczmap.format.model import Group
+from nczmap.format.types import STRING
+from nczmap.format.variable import Variable as NCVariable
+from nczmap.integrations.handles import DatasetHandle, find_group
+from nczmap.url import ParsedURL, parse_url
+from nczmap.zmap import ZMap
+
+Source = str | os.PathLike | ParsedURL | ZMap | Dataset
+
+
+class NCZmapArray(BackendArray):
+    """One variable, read on demand (in a dask worker, from the dataset reopened by URL)."""
+
+    def __init__(self, handle: DatasetHandle, variable: NCVariable) -> None:
+        self.handle = handle
+        self.path = variable.path
+        self.shape = variable.shape
+        self.dtype = create_vlen_dtype(str) if variable.nctype is STRING else variable.dtype
+
+    def __getitem__(self, key: indexing.ExplicitIndexer) -> np.ndarray:
+        return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._read)
+
+    def _read(self, key: tuple) -> np.ndarray:
+        return self.handle.variable(self.path).read(key)
+
+
+class NCZmapDataStore(AbstractDataStore):
+    """One group of a dataset, as xarray's store protocol sees it."""
+
+    def __init__(self, handle: DatasetHandle, group: str = "/", owned: bool = True) -> None:
+        self.handle = handle
+        self.group_path = group
+        self.owned = owned  # close the dataset when xarray closes the store
+
+    @property
+    def group(self) -> Group:
+        return self.handle.group(self.group_path)
+
+    def get_variables(self) -> FrozenDict:
+        return FrozenDict((name, self._variable(v)) for name, v in self.group.variables.items())
+
+    def _variable(self, variable: NCVariable) -> Variable:
+        data = indexing.LazilyIndexedArray(NCZmapArray(self.handle, variable))
+        return Variable(variable.dimensions, data, attributes_of(variable), self._encoding(variable))
+
+    def _encoding(self, variable: NCVariable) -> dict[str, Any]:
+        encoding: dict[str, Any] = {
+            "dtype": str if variable.nctype is STRING else variable.dtype,
+            "source": self.handle.dataset.zmap.location,
+            "original_shape": variable.shape,
+        }
+        if variable.shape:
+            encoding["chunksizes"] = tuple(variable.chunks)
+            encoding["preferred_chunks"] = dict(zip(variable.dimensions, variable.chunks, strict=True))
+        encoding.update(compression_encoding(variable))
+        return encoding
+
+    def get_attrs(self) -> FrozenDict:
+        return FrozenDict(self.group.attrs)
+
+    def get_dimensions(self) -> FrozenDict:
+        return FrozenDict((name, dim.size) for name, dim in self.group.dimensions.items())
+
+    def get_parent_dimensions(self) -> FrozenDict:
+        dims: dict[str, int] = {}
+        parent = self.group.parent
+        while parent is not None:
+            for name, dim in parent.dimensions.items():
+                dims.setdefault(name, dim.size)
+            parent = parent.parent
+        return FrozenDict(dims)
+
+    def get_encoding(self) -> dict[str, Any]:
+        return {"unlimited_dims": {n for n, d in self.group.dimensions.items() if d.unlimited}}
+
+    def close(self) -> None:
+        if self.owned:
+            self.handle.dataset.close()
+
+
+def attributes_of(variable: NCVariable) -> dict[str, object]:
+    """Attributes as netCDF4-python returns them: numpy scalars and arrays, ``str``, lists of ``str``."""
+    return dict(variable.attrs)
+
+
+def compression_encoding(variable: NCVariable) -> dict[str, Any]:
+    """The variable's codecs in netCDF4-python's encoding words (``zlib``, ``complevel``, ``shuffle``...)."""
+    encoding: dict[str, Any] = {}
+    for config in variable.layout.codecs.configs:
+        name = config.get("id")
+        if name == "shuffle":
+            encoding["shuffle"] = True
+        elif name in ("zlib", "gzip"):
+            encoding.update(zlib=True, complevel=int(config.get("level", 4)), compression="zlib")
+        elif name in ("zstd", "blosc"):
+            encoding["compression"] = name
+            level = config.get("level", config.get("clevel"))
+            if level is not None:
+                encoding["complevel"] = int(level)
+    return encoding
+
+
+def open_handle(source: Source, mode: str = "r", **map_options: object) -> tuple[DatasetHandle, bool]:
+    """A handle on the dataset at ``source``, and whether closing the xarray dataset should close it."""
+    if isinstance(source, Dataset):
+        return DatasetHandle(source), False
+    if isinstance(source, ZMap):
+        return DatasetHandle(open_on(source, mode)), False
+    return DatasetHandle(open_nczmap(source, mode, **map_options)), True
+
+
+class NCZmapBackendEntrypoint(BackendEntrypoint):
+    """NCZarr (every netcdf-c dialect), Zarr and xarray-convention stores on file, zip, S3 and manifests."""
+
+    description = "Open NCZarr and Zarr stores (file, zip, S3, virtual manifests) with nczmap"
+    url = "https://github.com/nczmap/nczmap#xarray"
+    supports_groups = True
+    open_dataset_parameters: ClassVar[tuple[str, ...]] = (
+        "filename_or_obj",
+        "mask_and_scale",
+        "decode_times",
+        "concat_characters",
+        "decode_coords",
+        "drop_variables",
+        "use_cftime",
+        "decode_timedelta",
+        "group",
+        "map_options",
+    )
+
+    def guess_can_open(self, filename_or_obj: Any) -> bool:
+        if isinstance(filename_or_obj, ParsedURL | ZMap | Dataset):
+            return True
+        if not isinstance(filename_or_obj, str | os.PathLike):
+            return False
+        text = os.fspath(filename_or_obj)
+        if not isinstance(text, str) or "#" not in text:
+            return False
+        try:
+            return bool(parse_url(text).modes)
+        except URLError:
+            return False
+
+    def open_dataset(
+        self,
+        filename_or_obj: Any,
+        *,
+        mask_and_scale: bool = True,
+        decode_times: bool = True,
+        concat_characters: bool = True,
+        decode_coords: bool = True,
+        drop_variables: str | Iterable[str] | None = None,
+        use_cftime: bool | None = None,
+        decode_timedelta: bool | None = None,
+        group: str | None = None,
+        map_options: dict | None = None,
+    ) -> XDataset:
+        handle, owned = open_handle(filename_or_obj, **(map_options or {}))
+        try:
+            store = NCZmapDataStore(handle, find_group(handle.dataset, group).path, owned)
+            return StoreBackendEntrypoint().open_dataset(
+                store,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                drop_variables=drop_variables,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+            )
+        except BaseException:
+            if owned:
+                handle.dataset.close()
+            raise
+
+    def open_groups_as_dict(
+        self, filename_or_obj: Any, *, group: str | None = None, map_options: dict | None = None, **decoding
+    ) -> dict[str, XDataset]:
+        handle, owned = open_handle(filename_or_obj, **(map_options or {}))
+        try:
+            top = find_group(handle.dataset, group)
+            groups = {}
+            for node in top.walk():
+                store = NCZmapDataStore(handle, node.path, owned=False)
+                relative = "/" + node.path[len(top.path) :].strip("/")
+                groups[relative] = StoreBackendEntrypoint().open_dataset(store, **decoding)
+        except BaseException:
+            if owned:
+                handle.dataset.close()
+            raise
+        if owned:
+            root = groups["/"]
+            root.set_close(handle.dataset.close)
+        return groups
+
+    def open_datatree(self, filename_or_obj: Any, **kwargs: Any) -> DataTree:
+        groups = self.open_groups_as_dict(filename_or_obj, **kwargs)
+        closer = groups["/"]._close
+        tree = DataTree.from_dict(groups)
+        tree.set_close(closer)
+        return tree
