@@ -20,6 +20,7 @@ def format_options(
         netcdf_version=netcdf_version,
         keep_filters=keep_filters,
         name=url.dataset_name,
+        zarr_format=url.zarr_format,
     )
 
 

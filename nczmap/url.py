@@ -35,8 +35,8 @@ __all__ = [
 ]
 
 FORMAT_WORDS = ("nczarr", "zarr", "xarray", "noxarray")
-OTHER_MODE_WORDS = ("gs3", "consolidated", "v2")
-UNSUPPORTED_MODE_WORDS = ("v3", "bytes", "dap2", "dap4", "zoh")
+OTHER_MODE_WORDS = ("gs3", "consolidated", "v2", "v3")
+UNSUPPORTED_MODE_WORDS = ("bytes", "dap2", "dap4", "zoh")
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 
 _IMPLIES = {"xarray": "zarr", "zarr": "nczarr", "noxarray": "nczarr"}
@@ -147,6 +147,11 @@ class ParsedURL:
     @property
     def consolidated(self) -> bool:
         return "consolidated" in self.modes
+
+    @property
+    def zarr_format(self) -> int:
+        """3 when the URL asks for Zarr v3 (``mode=zarr,v3``): new datasets are written as Zarr v3."""
+        return 3 if "v3" in self.modes else 2
 
     @property
     def profile(self) -> str | None:
@@ -547,6 +552,13 @@ def _resolve_modes(words: list[str], location: _Location, shown: str) -> tuple[s
     modes = _normalise_words(words, shown)
     if "xarray" in modes and "noxarray" in modes:
         raise ModeError(f"contradictory modes 'xarray' and 'noxarray' in {shown!r}")
+    if "v2" in modes and "v3" in modes:
+        raise ModeError(f"contradictory modes 'v2' and 'v3' in {shown!r}")
+    if "v3" in modes and "zarr" not in modes and "xarray" not in modes:
+        raise ModeError(
+            f"mode 'v3' (Zarr v3) needs mode=zarr or mode=xarray in {shown!r}: "
+            "no netcdf-c release reads NCZarr in Zarr v3"
+        )
     for word in modes:  # the list grows while we walk it: breadth-first inference
         implied = _IMPLIES.get(word)
         if implied and implied not in modes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nczmap.errors import ModeError
 from nczmap.format.dialects import Dialect
 from nczmap.format.model import Group
 from nczmap.zmap import ZMap
@@ -19,6 +20,15 @@ class FormatOptions:
     netcdf_version: str | None = None  # the netcdf-c release that must read a new dataset
     keep_filters: bool = False  # keep compression even where that release, as distributed, cannot decode it
     name: str = "dataset"  # the dataset name ncdump prints
+    zarr_format: int = 2  # 3: a new pure-Zarr dataset is written as Zarr v3 (mode=zarr,v3)
+
+    def __post_init__(self) -> None:
+        if self.zarr_format not in (2, 3):
+            raise ModeError(f"zarr_format {self.zarr_format!r} is neither 2 nor 3")
+        if self.zarr_format == 3 and not self.pure_zarr:
+            raise ModeError(
+                "Zarr v3 is written only as pure Zarr (mode=zarr,v3): no netcdf-c release reads it"
+            )
 
 
 class Dataset(Group):
@@ -31,8 +41,10 @@ class Dataset(Group):
     def __init__(self, zmap: ZMap, dialect: Dialect, options: FormatOptions | None = None) -> None:
         super().__init__("/", None)
         self.zmap = zmap
-        self.dialect = dialect
         self.options = options or FormatOptions()
+        if dialect is Dialect.PURE_ZARR and self.options.zarr_format == 3:
+            dialect = Dialect.ZARR_V3  # a new dataset (a read one's options give the format it has)
+        self.dialect = dialect
         self.problems: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []  # (key, how it is read differently from its declaration)
         self.provenance: str | None = None  # the _NCProperties text, shown by ncdump -s

@@ -31,10 +31,11 @@ class Dialect(enum.StrEnum):
     NCZARR_LOWER_KEYS = "nczarr-4.9.1"  # D2: _nczarr_* keys inside .zgroup/.zarray/.zattrs
     NCZARR_ATTRIBUTES = "nczarr-4.9.3"  # D3: _nczarr_* attributes inside .zattrs only
     PURE_ZARR = "zarr-v2"  # no NCZarr metadata: _ARRAY_DIMENSIONS and plain attributes
+    ZARR_V3 = "zarr-v3"  # pure Zarr v3 (zarr.json, dimension_names): no netcdf-c release reads it
 
     @property
     def code(self) -> str:
-        """The short name nczarr-format.md uses (D0-D3, PZ)."""
+        """The short name nczarr-format.md uses (D0-D3, PZ; PZ3 for Zarr v3)."""
         return _CODES[self]
 
     @property
@@ -44,7 +45,11 @@ class Dialect(enum.StrEnum):
 
     @property
     def is_nczarr(self) -> bool:
-        return self is not Dialect.PURE_ZARR
+        return self not in (Dialect.PURE_ZARR, Dialect.ZARR_V3)
+
+    @property
+    def zarr_format(self) -> int:
+        return 3 if self is Dialect.ZARR_V3 else 2
 
     @property
     def keys_in_zarr_objects(self) -> bool:
@@ -54,7 +59,7 @@ class Dialect(enum.StrEnum):
     @property
     def reads_unlimited(self) -> bool:
         """The releases writing it can read unlimited dimensions (4.9.3 and later)."""
-        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR)
+        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR, Dialect.ZARR_V3)
 
     @property
     def reads_strings(self) -> bool:
@@ -65,7 +70,7 @@ class Dialect(enum.StrEnum):
     def big_endian_safe(self) -> bool:
         """The releases writing it store big-endian data as declared: 4.8.0-4.9.2 write (and read) the chunks
         of a ``>`` variable in host byte order (see :data:`BIG_ENDIAN_FIXED_RELEASE`)."""
-        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR)
+        return self in (Dialect.NCZARR_ATTRIBUTES, Dialect.PURE_ZARR, Dialect.ZARR_V3)
 
     @property
     def decodes_filters(self) -> bool:
@@ -81,7 +86,7 @@ class Dialect(enum.StrEnum):
     @property
     def superblock_version(self) -> int:
         """What ``ncdump -s`` shows as ``_SuperblockVersion`` for a store of this dialect."""
-        return {Dialect.NCZARR_OBJECTS: 1, Dialect.PURE_ZARR: 0}.get(self, 2)
+        return {Dialect.NCZARR_OBJECTS: 1, Dialect.PURE_ZARR: 0, Dialect.ZARR_V3: 0}.get(self, 2)
 
     @classmethod
     def for_version(cls, version: str | None) -> Dialect:
@@ -107,9 +112,13 @@ class Dialect(enum.StrEnum):
         return cls.NCZARR_ATTRIBUTES
 
 
-_CODES = dict(zip(Dialect, ("D0", "D1", "D2", "D3", "PZ"), strict=True))
+_CODES = dict(zip(Dialect, ("D0", "D1", "D2", "D3", "PZ", "PZ3"), strict=True))
 _RELEASES = dict(
-    zip(Dialect, ("4.8.0", "4.8.1-4.9.0", "4.9.1-4.9.2", "4.9.3 and later", "any (mode=zarr)"), strict=True)
+    zip(
+        Dialect,
+        ("4.8.0", "4.8.1-4.9.0", "4.9.1-4.9.2", "4.9.3 and later", "any (mode=zarr)", "none (Zarr v3)"),
+        strict=True,
+    )
 )
 
 

@@ -17,9 +17,11 @@ import binascii
 import functools
 import gc
 import warnings
+from dataclasses import replace
 
 from nczmap.concurrency import run_bounded
 from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
+from nczmap.format import zarr3
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset, FormatOptions
 from nczmap.format.dialects import Dialect, host_order_release
@@ -135,11 +137,7 @@ def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
 
 
 def no_dataset(zmap: ZMap) -> NCZError:
-    """The error for a store whose root holds no Zarr v2 group: say what is there instead."""
-    if zmap.exists("/zarr.json"):
-        return FormatError(
-            f"{zmap.location} is a Zarr v3 store (zarr.json): nczmap reads Zarr v2 and NCZarr stores"
-        )
+    """The error for a store whose root holds no Zarr group: say what is there instead."""
     if zmap.exists("/.zarray"):
         return FormatError(f"{zmap.location} holds a single Zarr array at its root, not a group (a dataset)")
     names = zmap.search("/") if zmap.listable else []
@@ -178,21 +176,117 @@ def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     dialect = detect_dialect(source, zgroup, zattrs)
     nothing = found_zattrs is None and found_zgroup is None and consolidated is None
     if nothing and dialect is Dialect.PURE_ZARR:
-        raise no_dataset(zmap)
-    dataset = Dataset(zmap, dialect, options)
+        root = source.get("/" + zarr3.ZARR_JSON)
+        if root is None:
+            raise no_dataset(zmap)
+        return _read_v3(zmap, options, source, root)
+    dataset = Dataset(zmap, dialect, replace(options, zarr_format=2))
     dataset.consolidated = consolidated is not None
     provenance = zattrs.get("_NCProperties")
     dataset.provenance = provenance if isinstance(provenance, str) else None
     pure = dialect is Dialect.PURE_ZARR or options.pure_zarr
     reader = _Reader(dataset, source, pure, options.xarray)
+    _without_gc(lambda: reader.group("/", dataset, zgroup, zattrs))
+    return dataset
+
+
+def _without_gc(build) -> None:
     collecting = gc.isenabled()
     gc.disable()  # thousands of small linked objects: the cyclic collector only slows the build down
     try:
-        reader.group("/", dataset, zgroup, zattrs)
+        build()
     finally:
         if collecting:
             gc.enable()
+
+
+def _read_v3(zmap: ZMap, options: FormatOptions, source: MetadataSource, root: dict) -> Dataset:
+    """A Zarr v3 store, read as pure Zarr (its ``dimension_names`` name the dimensions)."""
+    if zarr3.node_type(root, "/zarr.json") != "group":
+        raise FormatError(
+            f"{zmap.location} holds a single Zarr v3 array at its root, not a group (a dataset)"
+        )
+    dataset = Dataset(zmap, Dialect.ZARR_V3, replace(options, pure_zarr=True, zarr_format=3))
+    v3_source = Source3(source, zarr3.consolidated_entries(root))
+    dataset.consolidated = v3_source.consolidated is not None
+    reader = _Reader3(dataset, v3_source)
+    _without_gc(lambda: reader.group("/", dataset, root))
     return dataset
+
+
+class Source3:
+    """Zarr v3 nodes (``zarr.json``) by path: from the root's consolidated metadata when it has some."""
+
+    def __init__(self, source: MetadataSource, consolidated: dict | None) -> None:
+        self.source = source
+        self.consolidated = consolidated
+
+    def node(self, key: str) -> dict | None:
+        if self.consolidated is None:
+            return self.source.get(_join(key, zarr3.ZARR_JSON))
+        found = self.consolidated.get(key.strip("/"))
+        if found is not None and not isinstance(found, dict):
+            raise FormatError(f"consolidated metadata of {key!r} must be a JSON object")
+        return found
+
+    def children(self, key: str) -> tuple[list[tuple[str, dict]], list[tuple[str, dict]]]:
+        """Sorted (subgroups, arrays) of a group as (name, zarr.json); names without zarr.json are skipped."""
+        base = key.strip("/")
+        if self.consolidated is not None:
+            depth = base.count("/") + 1 if base else 0
+            names = {
+                path.split("/")[depth]
+                for path in self.consolidated
+                if isinstance(path, str)
+                and path.count("/") == depth
+                and path.startswith(base + "/" if base else "")
+            }
+        else:
+            names = set(self.source.zmap.search(key))
+            self.source.prefetch([_join(_join(key, n), zarr3.ZARR_JSON) for n in sorted(names)])
+        groups, arrays = [], []
+        for name in sorted(n for n in names if n and not n.startswith(".") and n != zarr3.ZARR_JSON):
+            child_key = _join(key, name)
+            meta = self.node(child_key)
+            if meta is None:
+                continue
+            kind = zarr3.node_type(meta, _join(child_key, zarr3.ZARR_JSON))
+            (groups if kind == "group" else arrays).append((name, meta))
+        return groups, arrays
+
+
+class _Reader3:
+    """Builds the netCDF model of a Zarr v3 store, as :class:`_Reader` does for pure Zarr v2."""
+
+    def __init__(self, dataset: Dataset, source: Source3) -> None:
+        self.dataset = dataset
+        self.source = source
+        self._nodes: dict[str, dict] = {}
+        self._v2 = _Reader(dataset, source.source, True, True)
+
+    def group(self, key: str, group: Group, meta: dict) -> None:
+        where = _join(key, zarr3.ZARR_JSON)
+        read_attributes(group.attrs, zarr3.attributes(meta, where), {}, None, True)
+        subgroups, arrays = self.source.children(key)
+        for name, array_meta in arrays:
+            self._nodes[_join(key, name)] = array_meta
+            self._v2.array_or_problem(group, name, self.array)
+        for name, child_meta in subgroups:
+            child = Group(name, group)
+            group.groups[name] = child
+            self.group(_join(key, name), child, child_meta)
+
+    def array(self, group: Group, name: str, key: str) -> Variable:
+        meta = self._nodes.pop(key)
+        layout = zarr3.parse_array(meta, key)
+        names = zarr3.dimension_names(meta, 0 if layout.scalar else len(layout.shape), key)
+        dims = [self._v2.dimension(group, n, size) for n, size in zip(names, layout.shape, strict=False)]
+        variable = Variable(group, name, dims, layout)
+        attrs = dict(zarr3.attributes(meta, key))
+        if "_FillValue" in attrs:
+            attrs["_FillValue"] = zarr3.xarray_fill_attribute(attrs["_FillValue"], layout.dtype.nctype)
+        read_attributes(variable.attrs, attrs, {}, layout.dtype.nctype, True)
+        return variable
 
 
 class _Reader:
@@ -266,12 +360,16 @@ class _Reader:
 
     # ----------------------------------------------------------------- arrays
     def _array_or_problem(self, group: Group, name: str) -> None:
+        self.array_or_problem(group, name, self.array)
+
+    def array_or_problem(self, group: Group, name: str, build) -> None:
+        """Add the array ``build(group, name, key)`` makes, or record why it cannot be read and skip it."""
         key = _join(group.path, name)
         try:
-            variable = self.array(group, name, key)
+            variable = build(group, name, key)
         except FormatError as exc:
             self.dataset.problems.append((key, str(exc)))
-            warnings.warn(f"skipping array {key!r} of {self.source.zmap.location}: {exc}", stacklevel=4)
+            warnings.warn(f"skipping array {key!r} of {self.source.zmap.location}: {exc}", stacklevel=5)
             return
         if variable is not None:
             group.variables[name] = variable
@@ -352,12 +450,17 @@ class _Reader:
             dims = [self._named_dim(group, n, size) for n, size in zip(names, layout.shape, strict=True)]
             if None not in dims:
                 return dims, False
+        return [self._anonymous(size) for size in layout.shape], False
+
+    def _anonymous(self, size: int) -> Dimension:
         root = self.dataset
-        dims = []
-        for size in layout.shape:
-            name = ANONYMOUS.format(size)
-            dims.append(root.dimensions.setdefault(name, Dimension(name, size, not size, root)))
-        return dims, False
+        name = ANONYMOUS.format(size)
+        return root.dimensions.setdefault(name, Dimension(name, size, not size, root))
+
+    def dimension(self, group: Group, name: str | None, size: int) -> Dimension:
+        """The named dimension (anonymous when unnamed or when the name has another size in ``group``)."""
+        found = self._named_dim(group, name, size) if name is not None else None
+        return found if found is not None else self._anonymous(size)
 
     @staticmethod
     def _named_dim(group: Group, name: str, size: int) -> Dimension | None:

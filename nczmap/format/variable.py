@@ -47,6 +47,11 @@ class ArrayLayout:
     separator: str = "."
     order: str = "C"
     scalar: bool = False
+    key_prefix: str = ""  # Zarr v3 default chunk keys: "c" (c/0/0; a scalar's chunk is c)
+    transpose: tuple[int, ...] | None = None  # Zarr v3 transpose other than C or F order
+    shards: object = None  # a Zarr v3 zarr3.ShardLayout: chunks are inner chunks of stored shards
+    vlen: bool = False  # Zarr v3 vlen-utf8 strings
+    zarr3: dict | None = None  # the zarr.json this array was read from (Zarr v3)
 
     @property
     def fill_value(self) -> object:
@@ -186,6 +191,8 @@ class Variable:
         return (
             not layout.codecs.configs
             and layout.order == "C"
+            and layout.transpose is None
+            and layout.shards is None
             and not self.nctype.is_text
             and layout.dtype.chunk == self.dtype
         )
@@ -215,7 +222,7 @@ class Variable:
         first = indices[0].start // chunks[0]
         sep = self.layout.separator
         tail = "".join(sep + str(ix.start // size) for ix, size in zip(indices[1:], chunks[1:], strict=True))
-        prefix = self.key + "/"
+        prefix = self.key + "/" + (self.layout.key_prefix + sep if self.layout.key_prefix else "")
         whole = memoryview(out).cast("B")
         step = whole.nbytes // len(out) * chunks[0]  # bytes of one chunk's block in the output
         requests = [
@@ -259,30 +266,50 @@ class Variable:
         return not any(zmap.exists(self.chunk_key(index)) for index, _ in chunk_plan(indices, self.chunks))
 
     def chunk_key(self, chunk_index: Sequence[int]) -> str:
-        name = self.layout.separator.join(str(i) for i in chunk_index) if chunk_index else "0"
+        """The key of a chunk (of a sharded array: of the shard holding that inner chunk)."""
+        layout = self.layout
+        if layout.shards is not None and not layout.scalar:
+            chunk_index = layout.shards.shard_of(tuple(chunk_index))
+        if layout.key_prefix:  # Zarr v3 default encoding: c/0/0, a scalar's chunk is c
+            parts = [] if layout.scalar else [str(i) for i in chunk_index]
+            return f"{self.key}/{layout.separator.join([layout.key_prefix, *parts])}"
+        name = layout.separator.join(str(i) for i in chunk_index) if chunk_index else "0"
         return f"{self.key}/{name}"
 
     def read_chunk(self, chunk_index: tuple[int, ...]) -> np.ndarray | None:
         key = self.chunk_key(chunk_index)
         zmap = self.group.root.zmap
         try:
-            raw = zmap.read(key)
+            if self.layout.shards is not None:
+                raw = self.layout.shards.read(zmap, key, tuple(chunk_index) or (0,))
+            else:
+                raw = zmap.read(key)
         except EmptyError:
             return None
-        return self.decode_chunk(raw, key)
+        return None if raw is None else self.decode_chunk(raw, key)
 
     def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
         storage = self.layout.dtype.chunk  # the bytes' own order (netcdf-c 4.8.0-4.9.2: host order, bug 18)
         count = math.prod(self.layout.chunks) if self.layout.chunks else 1
+        if self.layout.vlen:  # Zarr v3 vlen-utf8: any length, bounded only by this machine's memory
+            from nczmap.format.zarr3_vlen import decode_vlen_utf8
+
+            data = self.layout.codecs.decode(raw, key, limit=MEMORY_BYTES // 8)
+            return decode_vlen_utf8(data, count, key).reshape(self.layout.chunks or (1,))
         data = self.layout.codecs.decode(raw, key, limit=count * storage.itemsize)
         size = memoryview(data).nbytes
         if storage.kind == "U" and size == count:
             storage = np.dtype("S1")  # netcdf-c 4.8/4.9.0 "<U1" char data is one byte per character
         if size != count * storage.itemsize:
             raise FormatError(f"chunk {key!r} holds {size} bytes, expected {count * storage.itemsize}")
-        values = np.frombuffer(data, dtype=storage).reshape(
-            self.layout.chunks or (1,), order=self.layout.order
-        )
+        values = np.frombuffer(data, dtype=storage)
+        chunks, transpose = self.layout.chunks or (1,), self.layout.transpose
+        if transpose is not None:  # Zarr v3 transpose: the stored array has the axes in that order
+            values = values.reshape([chunks[axis] for axis in transpose]).transpose(np.argsort(transpose))
+        else:
+            values = values.reshape(chunks, order=self.layout.order)
+        if values.dtype.kind == "U" and self.nctype is STRING:  # Zarr v3 fixed_length_utf32
+            return values.astype(object)
         return self._to_user(values)
 
     def _to_user(self, values: np.ndarray) -> np.ndarray:
