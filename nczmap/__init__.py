@@ -40,6 +40,7 @@ __all__ = [
     "open_dataset",
     "open_map",
     "parse_url",
+    "to_nczarr",
 ]
 
 # Loaded on first use, so that `nczmap search` and other zmap-only work start quickly.
@@ -48,6 +49,7 @@ _LAZY = {
     "Dialect": "nczmap.format",
     "create_dataset": "nczmap.api",
     "open_dataset": "nczmap.api",
+    "to_nczarr": "nczmap.integrations.xarray_writer",
 }
 
 

@@ -117,3 +117,9 @@ class SelectionError(NCZError, IndexError):
     """An index or slice that does not fit the variable (also an IndexError, as in numpy)."""
 
     nc_code = -40  # NC_EINVALCOORDS
+
+
+class EncodingError(NCZError, ValueError):
+    """An xarray ``encoding`` (chunks, compression, fill value) that cannot be written as asked."""
+
+    nc_code = -36  # NC_EINVAL
