@@ -7,11 +7,14 @@ JSON strings (never reinterpreted), shuffle records its real element size.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
+import struct
 
 from nczmap._lazy import numpy as np
 from nczmap._version import __version__
+from nczmap.format import zarr3
 from nczmap.format.dialects import Dialect
 from nczmap.format.model import Attribute, Group
 from nczmap.format.types import CHAR, STRING, NCType, dtype_string
@@ -124,6 +127,8 @@ def _xarray_dims(variable: Variable, dialect: Dialect) -> list[str]:
 def array_objects(variable: Variable, dialect: Dialect, xarray: bool) -> dict[str, object]:
     """``{key: JSON}`` for one array in ``dialect``."""
     key = variable.key
+    if dialect is Dialect.ZARR_V3:
+        return {f"{key}/{zarr3.ZARR_JSON}": zarr3_array_json(variable)}
     attrs = variable.attrs.all_typed()
     zarray = zarray_json(variable, dialect)
     zattrs = _user_attrs(attrs)
@@ -175,6 +180,10 @@ def group_objects(group: Group, dialect: Dialect) -> dict[str, object]:
     is_root = group.parent is None
     attrs = group.attrs.all_typed()
     zattrs = _user_attrs(attrs)
+    if dialect is Dialect.ZARR_V3:
+        if is_root:
+            zattrs = {"_NCProperties": getattr(group, "provenance", None) or provenance(dialect), **zattrs}
+        return {f"{base}/{zarr3.ZARR_JSON}": zarr3.group_json(zattrs)}
     types = _types(attrs, dialect)
     zgroup: dict = {"zarr_format": 2}
     if is_root:
@@ -212,3 +221,28 @@ def group_objects(group: Group, dialect: Dialect) -> dict[str, object]:
     if zattrs or dialect in (D3, PURE):
         objects[f"{base}/.zattrs"] = zattrs
     return objects
+
+
+def zarr3_array_json(variable: Variable) -> dict:
+    """An array's ``zarr.json``: a read one keeps its codecs and chunk keys, a new one gets nczmap's."""
+    layout = variable.layout
+    attrs = {a.name: _zarr3_attribute(a, variable.nctype) for a in variable.attrs.all_typed()}
+    attrs = {name: value for name, value in attrs.items() if value is not None}
+    dims = list(variable.dimensions)
+    if layout.zarr3 is not None:
+        return zarr3.updated_json(layout.zarr3, layout, attrs, dims)
+    fill = zarr3.fill_json(variable.nctype, layout.fill_value, fill_json(variable) or 0)
+    return zarr3.array_json(layout, variable.nctype, fill, attrs, dims)
+
+
+def _zarr3_attribute(attribute: Attribute, var_type: NCType) -> object:
+    """An attribute's JSON; ``_FillValue`` as xarray writes it to v3 (floats as base64 of a little-endian
+    double; none for text variables, whose fill value the array's ``fill_value`` holds)."""
+    value = attribute_json(attribute)
+    if attribute.name != "_FillValue":
+        return value
+    if var_type.is_text:
+        return None
+    if var_type.letter[:1] == "f" and isinstance(value, (int, float)):
+        return base64.b64encode(struct.pack("<d", float(value))).decode()
+    return value

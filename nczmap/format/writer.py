@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from nczmap._lazy import numpy as np
 from nczmap.errors import EmptyError, FormatError
 from nczmap.format import metadata as objects_of
+from nczmap.format import zarr3
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
 from nczmap.format.dialects import Dialect
@@ -44,7 +45,8 @@ class DatasetWriter:
 
     def __init__(self, dataset: Dataset, dialect: Dialect, xarray: bool, consolidated: bool) -> None:
         self.dataset = dataset
-        self.dialect = dialect
+        # a new dataset of mode=zarr,v3 comes as pure Zarr; the Dataset knows it is Zarr v3
+        self.dialect = dataset.dialect if dataset.dialect is Dialect.ZARR_V3 else dialect
         self.xarray = xarray
         self.consolidated = consolidated
         self.dirty: dict[int, Group | Variable] = {}
@@ -75,20 +77,44 @@ class DatasetWriter:
         if not self.dirty:
             return
         zmap = self.dataset.zmap
+        v3 = self.dialect is Dialect.ZARR_V3
+        if v3 and self.consolidated:
+            self.touch(self.dataset)  # its zarr.json holds the consolidated metadata
         # The root group last: a store whose writing stops part-way has no root metadata, and so does not
         # open as a (wrong) dataset.
         for node in sorted(self.dirty.values(), key=lambda node: node is self.dataset):
-            objects = (
-                objects_of.group_objects(node, self.dialect)
-                if isinstance(node, Group)
-                else objects_of.array_objects(node, self.dialect, self.xarray)
-            )
+            objects = self._objects(node)
+            if v3 and self.consolidated and node is self.dataset:
+                objects["/" + zarr3.ZARR_JSON]["consolidated_metadata"] = self.consolidated_v3()
             for key, value in objects.items():
                 if not _stored_equal(zmap, key, value):
                     zmap.write(key, objects_of.dumps(value))
         self.dirty.clear()
-        if self.consolidated:
+        if self.consolidated and not v3:
             zmap.write("/.zmetadata", objects_of.dumps(self.consolidated_document()))
+
+    def _objects(self, node: Group | Variable) -> dict:
+        if isinstance(node, Group):
+            return objects_of.group_objects(node, self.dialect)
+        return objects_of.array_objects(node, self.dialect, self.xarray)
+
+    def consolidated_v3(self) -> dict:
+        """The root ``zarr.json``'s ``consolidated_metadata``: every other node's zarr.json by path, as
+        zarr-python writes it (subgroups with an empty one of their own)."""
+        metadata: dict = {}
+        for group in self.dataset.walk():
+            nodes = (
+                [group, *group.variables.values()] if group is not self.dataset else group.variables.values()
+            )
+            for node in nodes:
+                for key, value in self._objects(node).items():
+                    if isinstance(node, Group):
+                        value = {
+                            **value,
+                            "consolidated_metadata": {**zarr3.CONSOLIDATED_KIND, "metadata": {}},
+                        }
+                    metadata[key.strip("/").rsplit("/", 1)[0]] = value
+        return {**zarr3.CONSOLIDATED_KIND, "metadata": dict(sorted(metadata.items()))}
 
     # ----------------------------------------------------------------- building (called by the model)
     def create_group(self, parent: Group, name: str) -> Group:
@@ -226,6 +252,12 @@ def create_variable(
         codecs.filters.append({"id": "shuffle", "elementsize": storage.itemsize})
     if compression is not None:
         codecs.compressor = _compressor(compression, compression_opts)
+    v3 = writer.dialect is Dialect.ZARR_V3
+    if v3:
+        codecs = _v3_codecs(codecs, storage.itemsize)
+        separator = "/"
+        if nctype is STRING:
+            storage = np.dtype("|O8")  # vlen-utf8: any length
     if codecs.configs and not writer.dialect.decodes_filters and not writer.dataset.options.keep_filters:
         names = ", ".join(str(config.get("id")) for config in codecs.configs)
         warnings.warn(
@@ -244,6 +276,8 @@ def create_variable(
     )
     fill = _fill(nctype, fill_value)
     layout = ArrayLayout(shape, tuple(chunks), parsed, fill, codecs, separator, "C", scalar=not dims)
+    if v3:
+        layout.key_prefix, layout.vlen = "c", nctype is STRING
     if not dims and writer.dialect is Dialect.NCZARR_UPPER_KEYS:
         warnings.warn(f"netcdf-c 4.9.0 crashes on scalar variables such as {name!r}", stacklevel=3)
     variable = Variable(group, name, dims, layout)
@@ -254,6 +288,13 @@ def create_variable(
     writer.touch(variable)
     writer.touch(group)
     return variable
+
+
+def _v3_codecs(codecs: CodecChain, itemsize: int) -> CodecChain:
+    """The chain as a Zarr v3 array stores it (zlib as gzip: v3 has no zlib codec)."""
+    filters = [zarr3.v3_codec_config(config, itemsize) for config in codecs.filters]
+    compressor = zarr3.v3_codec_config(codecs.compressor, itemsize) if codecs.compressor else None
+    return CodecChain(filters, compressor, itemsize)
 
 
 def _nctype_of(dtype: object) -> NCType:
@@ -333,8 +374,12 @@ def default_chunks(shape: tuple[int, ...], unlimited: tuple[bool, ...], itemsize
 
 def write_selection(writer: DatasetWriter, variable: Variable, selection: object, values: object) -> None:
     """Store ``values`` at ``selection``; chunks only partly covered are read, modified and rewritten."""
-    _grow_unlimited(variable, selection, values, writer)
     layout = variable.layout
+    if layout.shards is not None:
+        raise FormatError(
+            f"{variable.key!r} is a sharded Zarr v3 array: nczmap reads such arrays, never writes"
+        )
+    _grow_unlimited(variable, selection, values, writer)
     indices, squeeze = normalize_selection(selection, variable.shape, variable.key)
     if layout.scalar:
         indices, squeeze = [range(1)], [True]
@@ -431,6 +476,14 @@ def _char_array(values: object, shape: tuple[int, ...]) -> np.ndarray:
 def _storage_bytes(variable: Variable, chunk: np.ndarray) -> bytes:
     storage = variable.layout.dtype.storage
     order = variable.layout.order
+    if variable.layout.vlen:
+        from nczmap.format.zarr3_vlen import encode_vlen_utf8
+
+        return encode_vlen_utf8(chunk)
+    if variable.layout.transpose is not None:
+        chunk, order = np.transpose(chunk, variable.layout.transpose), "C"
+    if storage.kind == "U":  # a Zarr v3 fixed_length_utf32 array
+        return np.asarray(chunk, dtype=storage).tobytes(order=order)
     if variable.nctype is STRING:
         encoded = [("" if v is None else str(v)).encode() for v in chunk.ravel(order=order)]
         too_long = max((len(e) for e in encoded), default=0)

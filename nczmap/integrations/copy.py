@@ -184,7 +184,8 @@ def _create_like(target: Group, name: str, variable: Variable) -> None:
         separator=layout.separator,
     )
     if variable.nctype.name == "string":
-        options["maxstrlen"] = storage.itemsize
+        if not layout.vlen:  # a Zarr v3 vlen string has no width: the destination's default applies
+            options["maxstrlen"] = storage.itemsize
     elif storage.itemsize > 1 and storage.byteorder in "<>":
         options["endian"] = "big" if storage.byteorder == ">" else "little"
     dims = [dim.path for dim in variable.dims]
@@ -228,6 +229,9 @@ def _same_storage(source: Variable, dest: Variable) -> bool:
         and a.chunks == b.chunks
         and a.codecs.configs == b.codecs.configs
         and a.order == b.order
+        and (a.transpose, a.vlen) == (b.transpose, b.vlen)
+        and a.shards is None  # a key holds a whole shard, not one chunk
+        and b.shards is None
     )
 
 
