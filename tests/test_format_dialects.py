@@ -445,7 +445,7 @@ def test_write_string_attribute_type_is_default_maxstrlen(store):
         ("D1", "<U1", None),
         ("D2", ">S1", "|S128"),
         ("D3", ">S1", "|S128"),
-        ("PZ", ">S1", "|S128"),
+        ("PZ", "|S1", "|S128"),  # netcdf-c writes ">S1", which zarr-python 3 refuses
     ],
 )
 def test_write_text_variable_dtypes(store, char, string):

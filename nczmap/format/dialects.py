@@ -80,7 +80,10 @@ class Dialect(enum.StrEnum):
 
     @property
     def char_dtype(self) -> str:
-        """The dtype of NC_CHAR variables and attributes (4.8.x and 4.9.0 wrote ``<U1``)."""
+        """The dtype of NC_CHAR variables and attributes (4.8.x and 4.9.0 wrote ``<U1``). Pure Zarr gets
+        ``|S1``, which netcdf-c reads as char too, because zarr-python 3 refuses a byte order on bytes."""
+        if self is Dialect.PURE_ZARR:
+            return "|S1"
         return ">S1" if self.reads_strings else "<U1"
 
     @property

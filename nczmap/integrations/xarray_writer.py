@@ -23,7 +23,7 @@ from xarray.coding.strings import CharacterArrayCoder, EncodedStringCoder
 from nczmap._lazy import numpy as np
 from nczmap.api import open_dataset as open_nczmap
 from nczmap.errors import EncodingError, NCZError
-from nczmap.format import Dataset
+from nczmap.format import Dataset, Dialect
 from nczmap.format.model import Group
 from nczmap.integrations.handles import DatasetHandle
 from nczmap.integrations.xarray_backend import NCZmapDataStore
@@ -118,8 +118,11 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
         super().__init__(handle, group, owned=False)
 
     def encode_variable(self, variable: XVariable, name: Hashable | None = None) -> XVariable:
-        if variable.dtype.kind in "OU" and not self.handle.dataset.dialect.reads_strings:
-            variable = variable.copy(deep=False)  # releases before 4.9.1 read text as char arrays only
+        dialect = self.handle.dataset.dialect
+        if variable.dtype.kind in "OU" and (not dialect.reads_strings or dialect is Dialect.PURE_ZARR):
+            # netcdf-c before 4.9.1 reads text as char arrays only; so do Zarr readers (fixed-width bytes
+            # read back as bytes, "" as missing), which decode char arrays with their _Encoding
+            variable = variable.copy(deep=False)
             variable.encoding.setdefault("dtype", "S1")
         for coder in (EncodedStringCoder(allows_unicode=True), CharacterArrayCoder()):
             variable = coder.encode(variable, name=name)
@@ -135,7 +138,18 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
             self.group.editor().touch_dimension_users(dimension)
 
     def set_attribute(self, name: str, value: object) -> None:
-        self.group.attrs.set(name, attribute_value(value))
+        self.group.attrs.set(name, self.attribute_value(name, value))
+
+    def attribute_value(self, name: str, value: object) -> object:
+        value = attribute_value(value)
+        if isinstance(value, list) and not self.handle.dataset.dialect.reads_strings:
+            if len(value) != 1:
+                raise EncodingError(
+                    f"attribute {name!r}: netcdf-c before 4.9.1 cannot read string attributes such as "
+                    f"{value!r}: join them into one str, or write for a later release"
+                )
+            return value[0]
+        return value
 
     def prepare_variable(
         self, name: str, variable: XVariable, check_encoding: bool = False, unlimited_dims=None
@@ -147,7 +161,7 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
         if existing is None:
             existing = group.create_variable(name, variable.dims, _nc_dtype(variable), **options)
         for key, value in attrs.items():
-            existing.attrs.set(key, attribute_value(value))
+            existing.attrs.set(key, self.attribute_value(f"{name}:{key}", value))
         return ChunkTarget(self.handle, existing.path), variable.data
 
     def sync(self) -> None:
