@@ -236,7 +236,9 @@ def _codec_list(
     elif name == "vlen-utf8":
         if not kind.vlen:
             raise FormatError(f"array {key!r}: codec vlen-utf8 only serialises the string data type")
-    elif name == "sharding_indexed" and sharding_allowed:
+    elif name == "sharding_indexed" and not sharding_allowed:
+        raise FormatError(f"array {key!r}: sharding_indexed inside sharding_indexed is not supported")
+    elif name == "sharding_indexed":
         if not chunks:
             raise FormatError(f"array {key!r}: a sharded scalar array is not supported")
         if transpose is not None:
