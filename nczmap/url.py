@@ -556,8 +556,8 @@ def _resolve_modes(words: list[str], location: _Location, shown: str) -> tuple[s
         raise ModeError(f"contradictory modes 'v2' and 'v3' in {shown!r}")
     if "v3" in modes and "zarr" not in modes and "xarray" not in modes:
         raise ModeError(
-            f"mode 'v3' (Zarr v3) needs mode=zarr or mode=xarray in {shown!r}: "
-            "no netcdf-c release reads NCZarr in Zarr v3"
+            f"mode 'v3' is not supported without mode=zarr or mode=xarray (in {shown!r}): Zarr v3 is "
+            "written only as pure Zarr, since no netcdf-c release reads NCZarr in Zarr v3"
         )
     for word in modes:  # the list grows while we walk it: breadth-first inference
         implied = _IMPLIES.get(word)
