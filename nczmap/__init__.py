@@ -35,6 +35,7 @@ __all__ = [
     "StorageError",
     "URLError",
     "ZMap",
+    "ZarrStore",
     "__version__",
     "create_dataset",
     "open_dataset",
@@ -49,6 +50,7 @@ _LAZY = {
     "Dialect": "nczmap.format",
     "create_dataset": "nczmap.api",
     "open_dataset": "nczmap.api",
+    "ZarrStore": "nczmap.integrations.zarr_store",  # imports zarr
     "to_nczarr": "nczmap.integrations.xarray_writer",
 }
 
