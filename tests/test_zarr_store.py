@@ -626,3 +626,18 @@ def test_zarr_is_imported_only_when_zarr_store_is_used():
     script = "import sys, nczmap; nczmap.open_map; print('zarr' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_manifest_store_reads_like_netcdf4(tmp_path):
+    from test_manifest import write_manifest
+
+    source = tmp_path / "source.nc"
+    write_netcdf4(source)
+    url = f"file://{tmp_path}/ds.file#mode=nczarr,file"
+    write_nczmap(url, "4.8.0")
+    with nczmap.open_map(url) as zmap:
+        objects = {key: zmap.read(key) for key in zmap.objects()}
+    (tmp_path / "refs").mkdir()
+    with ZarrStore(write_manifest(tmp_path / "refs", objects)) as store:
+        assert store.read_only and "driver='manifest'" in repr(store)
+        assert_same_data(store, source)
