@@ -829,20 +829,13 @@ def test_a_zero_length_dimension_is_unlimited_in_every_dialect(tmp_path):
 
 
 # ============================================================================ stores that hold no dataset
-def _v3_store(path):
-    zarr = pytest.importorskip("zarr")
-    group = zarr.open_group(str(path), mode="w", zarr_format=3)
-    group.create_array("v", shape=(4,), dtype="i4", dimension_names=["x"])[:] = [1, 2, 3, 4]
-
-
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (lambda p: p.mkdir(), "nothing is there"),
         (lambda p: (p.mkdir(), (p / "notes.txt").write_text("x")), "it holds notes.txt"),
-        (_v3_store, "Zarr v3 store"),
     ],
-    ids=["empty", "foreign", "zarr-v3"],
+    ids=["empty", "foreign"],
 )
 def test_a_store_without_a_dataset_is_an_error_saying_what_was_found(tmp_path, make, message):
     path = tmp_path / "store"
