@@ -1,0 +1,475 @@
+"""Issue 11: the xarray engine ``"nczmap"`` reads every dialect as netCDF4-python reads the source file.
+
+Each CDL of the corpus (``cdl/*.cdl`` and the netcdf-c fixture CDLs that ``ncgen`` builds) is compiled to
+``x.nc`` by ``ncgen -4``; that file opened by xarray's ``netcdf4`` engine is the expected value. The same
+CDL becomes NCZarr stores written by real netcdf-c (Debian ``ncgen`` 4.9.0, ``mode=nczarr`` and
+``mode=zarr``; libnetcdf 4.10.1 through netCDF4-python) and by nczmap's copier in every dialect. Each
+store opened with ``engine="nczmap"`` must be ``assert_identical`` to the expected dataset, with the same
+variable dtypes and attribute types, once the expected dataset is changed by the differences of
+:data:`DIFFERENCES` that apply: each names its reason (a netcdf-c bug the store really has, or something
+the dialect cannot hold). Case-specific differences must still be needed, or the test fails.
+
+netcdf-c's fixture zips are compared the same way with their CDL; for CDLs that hold no data (``ncdump
+-h`` output) the values come from libnetcdf 4.10.1 reading the unzipped fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _fixtures import FIXTURES
+
+xr = pytest.importorskip("xarray")
+pytest.importorskip("netCDF4")
+
+from nczmap.api import open_dataset as open_nczmap  # noqa: E402
+from nczmap.format.dialects import Dialect  # noqa: E402
+from nczmap.integrations.copy import copy as nczmap_copy  # noqa: E402
+
+NCGEN = shutil.which("ncgen")
+CDL_DIR = Path(__file__).resolve().parent / "cdl"
+TIMEOUT = 60
+
+pytestmark = [
+    pytest.mark.skipif(NCGEN is None, reason="netcdf-c ncgen not on PATH"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # nczmap's warnings about old releases' limits
+]
+
+
+# ------------------------------------------------------------------------------------------ the corpus
+# netcdf-c fixture CDLs that are not built: ncgen -4 cannot compile them, or they are not datasets
+NOT_BUILT = {
+    "ref_any": "needs HDF5 filter plugins (_Filter) that Debian's ncgen does not have",
+    "ref_bzip2": "needs the bzip2 HDF5 filter plugin",
+    "ref_filtered": "needs HDF5 filter plugins",
+    "ref_multi": "needs HDF5 filter plugins",
+    "ref_byte": "a variable named 'byte' (a CDL keyword): compared through its zip below, renamed",
+    "ref_ut_map_create": "zmap unit-test dump, not a dataset",
+    "ref_ut_map_writedata": "zmap unit-test dump, not a dataset",
+    "ref_ut_map_writemeta": "zmap unit-test dump, not a dataset",
+    "ref_ut_map_writemeta2": "zmap unit-test dump, not a dataset",
+    "ref_ut_mapapi_create": "zmap unit-test dump, not a dataset",
+    "ref_ut_mapapi_data": "zmap unit-test dump, not a dataset",
+    "ref_ut_mapapi_meta": "zmap unit-test dump, not a dataset",
+}
+
+
+def corpus() -> dict[str, Path]:
+    cdls = {p.stem: p for p in sorted(CDL_DIR.glob("*.cdl"))}
+    if FIXTURES.is_dir():
+        cdls |= {p.stem: p for p in sorted(FIXTURES.glob("ref_*.cdl")) if p.stem not in NOT_BUILT}
+    return cdls
+
+
+CORPUS = corpus()
+# netCDF4-python cannot open it (a variable uses a dimension of a non-ancestor group): there is no oracle
+NO_ORACLE = {"foreign_dim": "netCDF4-python fails to open a variable using a non-ancestor group's dimension"}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A writer of NCZarr stores and the dialect it writes."""
+
+    name: str
+    dialect: Dialect
+    netcdf_version: str | None = None  # nczmap's copier only
+
+    @property
+    def by_netcdf_c(self) -> bool:
+        return not self.name.startswith("nczmap")
+
+    @property
+    def mode(self) -> str:
+        return "nczarr" if self.dialect.is_nczarr else "zarr"
+
+
+KINDS = {
+    k.name: k
+    for k in (
+        Kind("ncgen-4.9.0", Dialect.NCZARR_UPPER_KEYS),
+        Kind("ncgen-4.9.0-zarr", Dialect.PURE_ZARR),
+        Kind("libnetcdf-4.10.1", Dialect.NCZARR_ATTRIBUTES),
+        Kind("nczmap-4.8.0", Dialect.NCZARR_OBJECTS, "4.8.0"),
+        Kind("nczmap-4.9.0", Dialect.NCZARR_UPPER_KEYS, "4.9.0"),
+        Kind("nczmap-4.9.1", Dialect.NCZARR_LOWER_KEYS, "4.9.1"),
+        Kind("nczmap-4.9.3", Dialect.NCZARR_ATTRIBUTES),
+        Kind("nczmap-zarr", Dialect.PURE_ZARR),
+    )
+}
+
+# (case, kind) -> why that writer cannot write that CDL (the test is skipped with the reason)
+STRINGS_BEFORE_491 = "NCZarr before 4.9.1 has no string type (spec §4.1)"
+UNLIMITED_BEFORE_493 = "NCZarr before 4.9.3 has no unlimited dimensions (spec §4.8)"
+NO_TRUNCATION = "nczmap refuses to truncate '0123456789' to _nczarr_maxstrlen = 4 (netcdf-c does, bug 26)"
+CANNOT_WRITE: dict[tuple[str, str], str] = {
+    **{(case, kind): STRINGS_BEFORE_491 for case in ("strings", "ref_string", "ref_newformatpure")
+       for kind in ("ncgen-4.9.0", "ncgen-4.9.0-zarr", "nczmap-4.8.0", "nczmap-4.9.0")},
+    **{("unlimited", kind): UNLIMITED_BEFORE_493
+       for kind in ("ncgen-4.9.0", "ncgen-4.9.0-zarr", "nczmap-4.8.0", "nczmap-4.9.0", "nczmap-4.9.1")},
+    **{("ref_string", kind): NO_TRUNCATION for kind in ("nczmap-4.9.1", "nczmap-4.9.3", "nczmap-zarr")},
+}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------ the stores
+def run(*args: str) -> None:
+    done = subprocess.run(args, capture_output=True, timeout=TIMEOUT, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.decode(errors='replace')}")
+
+
+def url_of(path: Path, mode: str) -> str:
+    return f"file://{path}#mode={mode},file"
+
+
+# These CDLs reach nczmap's writers through the D3 store rather than the .nc:
+COPY_FROM_D3 = {
+    # nczmap's copier reads an .nc through netCDF4-python, which sizes '/g1/g2/d(/y)' by the nearer
+    # '/g1/g2/y' and fails (test_copy_of_shadowed_dimension)
+    "groups",
+    # the never-written elements of the no-fill 'ff' are uninitialised memory in HDF5, different at each
+    # read of the .nc; in NCZarr they are zeros
+    "nofill",
+}
+
+
+class Stores:
+    """The .nc and the stores of every CDL, each built once, when a test first needs it."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.built: dict[tuple[str, str], str] = {}
+
+    def nc(self, case: str) -> Path:
+        path = self.root / case / f"{case}.nc"
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            run(NCGEN, "-4", "-o", str(path), str(CORPUS[case]))
+        return path
+
+    def store(self, case: str, kind_name: str) -> str:
+        if (case, kind_name) not in self.built:
+            kind = KINDS[kind_name]
+            url = url_of(self.nc(case).parent / f"{kind.name}.file", kind.mode)
+            self._write(case, kind, url)
+            self.built[case, kind_name] = url
+        return self.built[case, kind_name]
+
+    def _write(self, case: str, kind: Kind, url: str) -> None:
+        if kind.name.startswith("ncgen"):
+            run(NCGEN, "-4", "-lb", "-o", url, str(CORPUS[case]))
+        elif kind.name == "libnetcdf-4.10.1":
+            from test_ncdump_conformance import copy_to_nczarr
+
+            copy_to_nczarr(self.nc(case), url)
+        else:
+            source = self.store(case, "libnetcdf-4.10.1") if case in COPY_FROM_D3 else str(self.nc(case))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                nczmap_copy(source, url, netcdf_version=kind.netcdf_version)
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Stores:
+    return Stores(tmp_path_factory.mktemp("xarray_engine"))
+
+
+# ------------------------------------------------------------------------------------------ differences
+@dataclass(frozen=True)
+class Difference:
+    """What a store cannot hold of the .nc, as a change of netCDF4-python's reading."""
+
+    reason: str
+    change: Callable[[xr.Dataset], xr.Dataset]
+    kinds: Callable[[Kind], bool]
+    cases: frozenset[str] | None = None  # None: every case (then it may well change nothing)
+    needed: bool = True  # a case-specific difference must still change the outcome
+
+    def applies(self, case: str, kind: Kind) -> bool:
+        return (self.cases is None or case in self.cases) and self.kinds(kind)
+
+
+def on_attributes(ds: xr.Dataset, change: Callable[[str, object], object]) -> xr.Dataset:
+    """``ds`` with every attribute (global and of variables) replaced by ``change(name, value)``."""
+    ds = ds.copy()
+    ds.attrs = {k: change(k, v) for k, v in ds.attrs.items()}
+    for variable in ds.variables.values():
+        variable.attrs = {k: change(k, v) for k, v in variable.attrs.items()}
+    return ds
+
+
+def on_variables(ds: xr.Dataset, change: Callable[[xr.Variable], xr.Variable]) -> xr.Dataset:
+    return ds.assign({name: change(variable) for name, variable in ds.variables.items()})
+
+
+def printed_g(name: str, value: object) -> object:
+    """netcdf-c writes float and double attributes with ``%lg``: 6 significant digits (bug 19)."""
+    array = np.asarray(value)
+    if array.dtype.kind != "f" or name == "_FillValue":
+        return value
+    rounded = np.array([float(f"{v:g}") for v in array.ravel()], dtype=array.dtype).reshape(array.shape)
+    return rounded[()] if np.ndim(value) == 0 else rounded
+
+
+NC_FILL_DOUBLE = 9.969209968386869e36
+
+
+def lossy_double_fill(variable: xr.Variable) -> xr.Variable:
+    """Unwritten doubles read the ``fill_value`` netcdf-c wrote with ``%lg``: 9.96921e+36 (bug 19)."""
+    if variable.dtype != np.float64 or "_FillValue" in variable.attrs or "_FillValue" in variable.encoding:
+        return variable
+    values = variable.values
+    return variable.copy(data=np.where(values == NC_FILL_DOUBLE, float(f"{NC_FILL_DOUBLE:g}"), values))
+
+
+def json_number(value: float, writer: str) -> object:
+    """The JSON a writer puts for one float in a pure-Zarr attribute, as a JSON reader parses it."""
+    if not np.isfinite(value):
+        # 4.9.0 writes bare NaN/Infinity (read back as numbers); 4.10 and nczmap write JSON strings
+        return (
+            float(value)
+            if writer == "netcdf-c 4.9.0"
+            else {np.inf: "Infinity", -np.inf: "-Infinity"}.get(value, "NaN")
+        )
+    text = f"{value:g}" if writer.startswith("netcdf-c") else str(value)  # nczmap: shortest repr
+    return json.loads(text)
+
+
+def untyped(value: object, writer: str) -> object:
+    """A pure-Zarr attribute as netcdf-c's reading rules type it (spec §4.3): integers as the smallest of
+    int, uint, int64, uint64 holding them, other numbers double, one string char text, several strings
+    the JSON text of the list."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    array = np.atleast_1d(value)
+    parsed = [json_number(v, writer) if array.dtype.kind == "f" else int(v) for v in array]
+    if any(isinstance(v, str) for v in parsed):
+        return parsed[0] if len(parsed) == 1 else json.dumps(parsed, separators=(",", ":"))
+    if all(isinstance(v, int) for v in parsed):
+        dtype = next(t for t in (np.int32, np.uint32, np.int64, np.uint64) if _holds(t, parsed))
+    else:
+        dtype = np.float64
+    typed = np.array(parsed, dtype=dtype)
+    return typed[0] if np.ndim(value) == 0 else typed
+
+
+def _holds(dtype: type, values: list[int]) -> bool:
+    info = np.iinfo(dtype)
+    return all(info.min <= v <= info.max for v in values)
+
+
+def pure_zarr_attributes(writer: str) -> Callable[[xr.Dataset], xr.Dataset]:
+    def change(ds: xr.Dataset) -> xr.Dataset:
+        return on_attributes(
+            ds, lambda name, value: value if name == "_FillValue" else untyped(value, writer)
+        )
+
+    return change
+
+
+def char_as_strings(variable: xr.Variable) -> xr.Variable:
+    """A ``>S1`` array read as pure Zarr holds strings of one byte each (spec §4.2), decoded one by one."""
+    if variable.dtype.kind != "S":
+        return variable
+    values, dims = variable.values, variable.dims
+    if "char_dim_name" in variable.encoding:  # xarray joined the char dimension into strings: split it
+        values = np.ascontiguousarray(values).view("S1").reshape(*values.shape, values.dtype.itemsize)
+        dims = (*dims, variable.encoding["char_dim_name"])
+    return xr.Variable(dims, np.char.decode(values, "utf-8", "replace"), variable.attrs)
+
+
+def one_element(dim: str) -> Callable[[xr.Dataset], xr.Dataset]:
+    """netcdf-c's pure Zarr has no scalars: shape [1] arrays that netcdf-c 4.10 reads 1-d (spec §4.7)."""
+
+    def change(ds: xr.Dataset) -> xr.Dataset:
+        return on_variables(ds, lambda v: v.set_dims({dim: 1}) if is_scalar(v) else v)
+
+    return change
+
+
+def is_scalar(variable: xr.Variable) -> bool:
+    return variable.ndim == 0 and "char_dim_name" not in variable.encoding  # not a joined char array
+
+
+def truncated(ds: xr.Dataset) -> xr.Dataset:
+    return ds.assign(truncated=ds["truncated"].copy(data=np.array("0123")))
+
+
+def json_convention_unit(ds: xr.Dataset) -> xr.Dataset:
+    ds = ds.copy()
+    ds["größe"].attrs["unité"] = "C"
+    return ds
+
+
+def nofill_zeros(ds: xr.Dataset) -> xr.Dataset:
+    return ds.assign(ff=ds["ff"].copy(data=np.zeros_like(ds["ff"].values)))
+
+
+def written_by_netcdf_c(kind: Kind) -> bool:
+    return kind.by_netcdf_c
+
+
+def pure(writer: Callable[[Kind], bool]) -> Callable[[Kind], bool]:
+    return lambda kind: not kind.dialect.is_nczarr and writer(kind)
+
+
+def libnetcdf(kind: Kind) -> bool:
+    return kind.name == "libnetcdf-4.10.1"
+
+
+DIFFERENCES: list[Difference] = [
+    Difference(
+        "netcdf-c writes float/double attributes with %lg, 6 significant digits (nczarr-format.md bug 19)",
+        lambda ds: on_attributes(ds, printed_g),
+        written_by_netcdf_c,
+    ),
+    Difference(
+        "netcdf-c writes the default double fill_value as 9.96921e+36 (%lg, bug 19): never-written doubles "
+        "read that, not NC_FILL_DOUBLE",
+        lambda ds: on_variables(ds, lossy_double_fill),
+        written_by_netcdf_c,
+    ),
+    Difference(
+        "pure Zarr holds no attribute types; what netcdf-c 4.9.0 wrote as JSON is typed by the reading rules "
+        "of spec §4.3 (1.0 is written 1 and reads as int, bug 19)",
+        pure_zarr_attributes("netcdf-c 4.9.0"),
+        pure(written_by_netcdf_c),
+    ),
+    Difference(
+        "pure Zarr holds no attribute types; what nczmap wrote as JSON is typed by the reading rules of "
+        "spec §4.3 (NaN/Infinity are JSON strings, read as text)",
+        pure_zarr_attributes("nczmap"),
+        pure(lambda kind: not kind.by_netcdf_c),
+    ),
+    Difference(
+        "pure Zarr has no char type: nczmap writes char arrays >S1, which read as strings of length 1 "
+        "(spec §4.2; netcdf-c 4.9.0 writes <U1, which reads as char)",
+        lambda ds: on_variables(ds, char_as_strings),
+        pure(lambda kind: not kind.by_netcdf_c),
+    ),
+    Difference(
+        "pure Zarr has no scalars: netcdf-c 4.9.0 writes shape [1] with _ARRAY_DIMENSIONS [], read with "
+        "the anonymous dimension _Anonymous_Dim_1 (spec §4.7)",
+        one_element("_Anonymous_Dim_1"),
+        pure(written_by_netcdf_c),
+    ),
+    Difference(
+        "pure Zarr has no scalars: nczmap (as netcdf-c 4.10) writes shape [1] with _ARRAY_DIMENSIONS "
+        '["_scalar_"], read 1-d as netcdf-c 4.10.1 reads it (spec §4.7)',
+        one_element("_scalar_"),
+        pure(lambda kind: not kind.by_netcdf_c),
+    ),
+    Difference(
+        "no-fill: never-written elements are zeros in NCZarr, uninitialised memory in HDF5 (which may "
+        "happen to be zeros)",
+        nofill_zeros,
+        lambda kind: True,
+        frozenset({"nofill"}),
+        needed=False,
+    ),
+    Difference(
+        "netcdf-c silently truncates strings to _nczarr_maxstrlen = 4 (bug 26): '0123456789' is "
+        "stored '0123'",
+        truncated,
+        libnetcdf,
+        frozenset({"ref_string"}),
+    ),
+    Difference(
+        "libnetcdf 4.10.1's JSON convention stores the char attribute '°C' as the JSON word C (bug 20)",
+        json_convention_unit,
+        libnetcdf,
+        frozenset({"names"}),
+    ),
+]
+
+
+def expected_for(case: str, kind: Kind, expected: xr.Dataset, skip: Difference | None = None) -> xr.Dataset:
+    for difference in DIFFERENCES:
+        if difference is not skip and difference.applies(case, kind):
+            expected = difference.change(expected)
+    return expected
+
+
+# ------------------------------------------------------------------------------------------ comparing
+def attribute_type(value: object) -> str:
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        return f"str[{len(value)}]"
+    array = np.asarray(value)
+    return f"{array.dtype.str}{list(array.shape)}"
+
+
+def types_of(ds: xr.Dataset) -> dict[str, object]:
+    """Every variable's dtype and every attribute's type (``assert_identical`` compares values only)."""
+    found: dict[str, object] = {f":{k}": attribute_type(v) for k, v in ds.attrs.items()}
+    for name, variable in ds.variables.items():
+        found[str(name)] = variable.dtype
+        found |= {f"{name}:{k}": attribute_type(v) for k, v in variable.attrs.items()}
+    return found
+
+
+def assert_same(actual: xr.Dataset, expected: xr.Dataset) -> None:
+    xr.testing.assert_identical(actual, expected)
+    assert types_of(actual) == types_of(expected)
+
+
+def is_same(actual: xr.Dataset, expected: xr.Dataset) -> bool:
+    try:
+        assert_same(actual, expected)
+    except AssertionError:
+        return False
+    return True
+
+
+def check(case: str, kind: Kind, actual: xr.Dataset, theirs: xr.Dataset) -> None:
+    """``actual`` equals netCDF4-python's reading after the differences, each of them needed."""
+    assert_same(actual, expected_for(case, kind, theirs))
+    for difference in DIFFERENCES:
+        if difference.cases is not None and difference.needed and difference.applies(case, kind):
+            assert not is_same(actual, expected_for(case, kind, theirs, skip=difference)), (
+                f"documented difference no longer needed: {difference.reason}"
+            )
+
+
+def open_both(stores: Stores, case: str, kind_name: str, **options) -> tuple[xr.Dataset, xr.Dataset]:
+    if case in NO_ORACLE:
+        pytest.skip(NO_ORACLE[case])
+    if (case, kind_name) in CANNOT_WRITE:
+        pytest.skip(CANNOT_WRITE[case, kind_name])
+    url = stores.store(case, kind_name)
+    with open_nczmap(url) as dataset:
+        assert dataset.dialect is KINDS[kind_name].dialect
+    with (
+        xr.open_dataset(url, engine="nczmap", **options) as actual,
+        xr.open_dataset(stores.nc(case), engine="netcdf4", **options) as theirs,
+    ):
+        return actual.load(), theirs.load()
+
+
+# ------------------------------------------------------------------------------------------ the tests
+def params():
+    for case in CORPUS:
+        for kind in KINDS:
+            yield pytest.param(case, kind, id=f"{case}-{kind}")
+
+
+@pytest.mark.parametrize(("case", "kind"), list(params()))
+def test_open_dataset_identical(stores, case: str, kind: str) -> None:
+    actual, theirs = open_both(stores, case, kind)
+    check(case, KINDS[kind], actual, theirs)
+
+
+@pytest.mark.parametrize(("case", "kind"), list(params()))
+def test_open_dataset_raw_identical(stores, case: str, kind: str) -> None:
+    actual, theirs = open_both(stores, case, kind, decode_cf=False)
+    check(case, KINDS[kind], actual, theirs)
