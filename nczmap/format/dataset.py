@@ -42,8 +42,6 @@ class Dataset(Group):
         super().__init__("/", None)
         self.zmap = zmap
         self.options = options or FormatOptions()
-        if dialect is Dialect.PURE_ZARR and self.options.zarr_format == 3:
-            dialect = Dialect.ZARR_V3  # a new dataset (a read one's options give the format it has)
         self.dialect = dialect
         self.problems: list[tuple[str, str]] = []
         self.notes: list[tuple[str, str]] = []  # (key, how it is read differently from its declaration)

@@ -41,7 +41,10 @@ def open_on(zmap: ZMap, mode: str = "r", options: FormatOptions | None = None) -
 def _new_dataset(zmap: ZMap, options: FormatOptions) -> Dataset:
     from nczmap.format.writer import DatasetWriter
 
-    dialect = Dialect.PURE_ZARR if options.pure_zarr else Dialect.for_version(options.netcdf_version)
+    if options.pure_zarr:
+        dialect = Dialect.ZARR_V3 if options.zarr_format == 3 else Dialect.PURE_ZARR
+    else:
+        dialect = Dialect.for_version(options.netcdf_version)
     dataset = Dataset(zmap, dialect, options)
     dataset.writer = DatasetWriter(dataset, dialect, options.xarray, options.consolidated)
     dataset.writer.attach(dataset)
