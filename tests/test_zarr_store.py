@@ -641,3 +641,27 @@ def test_manifest_store_reads_like_netcdf4(tmp_path):
     with ZarrStore(write_manifest(tmp_path / "refs", objects)) as store:
         assert store.read_only and "driver='manifest'" in repr(store)
         assert_same_data(store, source)
+
+
+def test_partial_values_of_many_presented_objects_on_s3(s3_server, monkeypatch):
+    """The model is read once, before the batch spreads over nczmap's I/O pool (whose workers the model's
+    own prefetching needs), not by every worker at once."""
+    from nczmap.integrations import zarr_store
+
+    url = s3_server.url()
+    with nczmap.create_dataset(url, netcdf_version="4.8.0") as ds:
+        ds.create_dimension("x", 2)
+        for index in range(12):
+            ds.create_variable(f"v{index}", ("x",), "i4", data=[index, index])
+    builds = []
+    build = zarr_store._presentation_of
+    monkeypatch.setattr(zarr_store, "_presentation_of", lambda zmap: builds.append(1) or build(zmap))
+    store = ZarrStore(url)
+    requests = [(f"v{index}/.zattrs", RangeByteRequest(0, 1000)) for index in range(12)]
+    found: list = []
+    worker = threading.Thread(target=lambda: found.extend(sync(store.get_partial_values(None, requests))))
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "get_partial_values hung"
+    assert [json.loads(b.to_bytes())["_ARRAY_DIMENSIONS"] for b in found] == [["x"]] * 12
+    assert len(builds) == 1

@@ -260,6 +260,7 @@ class ZarrStore(Store):
         **map_options: Any,
     ) -> None:
         self._lock = threading.Lock()
+        self._building = threading.Lock()
         self._presentation: _Presentation | None = None
         self._generation = 0
         self._options = dict(map_options)
@@ -364,7 +365,7 @@ class ZarrStore(Store):
         if self._map is not None and not self._map.closed and (read_only or not self._map.readonly):
             copy = ZarrStore.__new__(ZarrStore)
             copy.__dict__.update(self.__dict__)
-            copy._lock = threading.Lock()
+            copy._lock, copy._building = threading.Lock(), threading.Lock()
             copy._presentation = None
             copy._owns_map = False
             copy._is_open = False
@@ -404,6 +405,7 @@ class ZarrStore(Store):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.Lock()
+        self._building = threading.Lock()
         self._presentation = None
         self._generation = 0
         self._url, self._options, self._mode = state["url"], state["options"], state["mode"]
@@ -425,10 +427,13 @@ class ZarrStore(Store):
     def _presented(self, zmap: ZMap) -> _Presentation:
         presentation = self._presentation
         if presentation is None:
-            generation = self._generation
-            presentation = _presentation_of(zmap)
-            if generation == self._generation:  # no write while it was being read
-                self._presentation = presentation
+            with self._building:  # concurrent first requests (zarr gathers them) read the model once
+                presentation = self._presentation
+                if presentation is None:
+                    generation = self._generation
+                    presentation = _presentation_of(zmap)
+                    if generation == self._generation:  # no write while it was being read
+                        self._presentation = presentation
         return presentation
 
     def _maybe_presented(self, zmap: ZMap, key: str) -> _Presentation | None:
@@ -492,6 +497,8 @@ class ZarrStore(Store):
         from nczmap.concurrency import run_all
 
         results: list[bytes | None] = [None] * len(requests)
+        for key, _ in requests:  # built here: reading the model uses the same pool, and must not wait on it
+            self._maybe_presented(zmap, key)
 
         def one(index: int) -> None:
             results[index] = self._get_blocking(zmap, *requests[index])
