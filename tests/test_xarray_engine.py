@@ -246,3 +246,20 @@ def test_pure_zarr_output_opens_in_xarrays_zarr_engine(dataset, tmp_path):
 def test_only_datasets_and_trees_are_written(tmp_path):
     with pytest.raises(NCZError, match="Dataset or DataTree, not DataArray"):
         nczmap.to_nczarr(xr.DataArray([1]), f"file://{tmp_path}/x.file#mode=nczarr,file")
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # zarr-python's warnings about v3 extensions
+def test_zarr_v3_both_ways(dataset, tmp_path):
+    nczmap.to_nczarr(dataset, f"file://{tmp_path}/ours.zarr#mode=zarr,v3,file")
+    with xr.open_zarr(tmp_path / "ours.zarr", consolidated=False, zarr_format=3) as got:
+        xr.testing.assert_identical(got.load(), dataset)
+    dataset.to_zarr(tmp_path / "theirs.zarr", zarr_format=3)
+    with xr.open_dataset(f"file://{tmp_path}/theirs.zarr#mode=zarr,file", engine="nczmap") as got:
+        # a JSON list of strings in pure Zarr is char text, as netcdf-c (4.10 too) reads it
+        assert got.attrs.pop("names") == '["p","q"]'
+        xr.testing.assert_identical(
+            got.load(),
+            dataset.drop_attrs(deep=False).assign_attrs(
+                {k: v for k, v in dataset.attrs.items() if k != "names"}
+            ),
+        )
