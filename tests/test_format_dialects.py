@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -876,3 +877,22 @@ def test_the_root_groups_metadata_is_written_last(version):
     ds.flush()
     root = [i for i, key in enumerate(zmap.order) if key.count("/") == 1]
     assert root and min(root) > max(i for i, key in enumerate(zmap.order) if key.count("/") > 1)
+
+
+@pytest.mark.parametrize("store", ["D0", "D1"])
+def test_string_attributes_for_releases_without_strings_are_text_or_refused(store, tmp_path):
+    url = f"file://{tmp_path}/s.file#mode=nczarr,file"
+    version = {"D0": "4.8.0", "D1": "4.9.0"}[store]
+    with nczmap.create_dataset(url, version) as ds:
+        ds.attrs.set("one", ["text"], "string")
+        ds.create_dimension("x", 2)
+        ds.create_variable("v", ("x",), "i4").attrs.set("s", "abc", "string")
+    with nczmap.open_dataset(url) as ds:
+        assert ds.attrs.typed("one").nctype.name == "char" and ds.attrs["one"] == "text"
+        assert ds.variables["v"].attrs.typed("s").nctype.name == "char"
+    if store == "D1" and shutil.which("ncdump"):  # Debian's 4.9.0 reads them (a string type crashes it)
+        header = subprocess.run(["ncdump", "-h", url], capture_output=True, text=True, check=True).stdout
+        assert ':one = "text" ;' in header and 'v:s = "abc" ;' in header
+    with pytest.raises(nczmap.FormatError, match=r"attribute 'two': netcdf-c before 4\.9\.1"):  # noqa: SIM117
+        with nczmap.create_dataset(url, version) as ds:
+            ds.attrs.set("two", ["a", "b"], "string")

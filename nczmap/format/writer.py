@@ -21,7 +21,7 @@ from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset
 from nczmap.format.dialects import Dialect
 from nczmap.format.jsonutil import loads
-from nczmap.format.model import Dimension, Group
+from nczmap.format.model import Attribute, Dimension, Group
 from nczmap.format.selection import as_index, chunk_plan, normalize_selection, selector_length
 from nczmap.format.types import BY_NAME, CHAR, STRING, NCType, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout, Variable
@@ -82,6 +82,9 @@ class DatasetWriter:
             self.touch(self.dataset)  # its zarr.json holds the consolidated metadata
         # The root group last: a store whose writing stops part-way has no root metadata, and so does not
         # open as a (wrong) dataset.
+        if not self.dialect.reads_strings:
+            for node in self.dirty.values():
+                _strings_as_text(node)
         for node in sorted(self.dirty.values(), key=lambda node: node is self.dataset):
             objects = self._objects(node)
             if v3 and self.consolidated and node is self.dataset:
@@ -136,6 +139,20 @@ class DatasetWriter:
             for variable in group.variables.values():
                 metadata.update(_zarr_objects(objects_of.array_objects(variable, self.dialect, self.xarray)))
         return {"metadata": metadata, "zarr_consolidated_format": 1}
+
+
+def _strings_as_text(node: Group | Variable) -> None:
+    """Releases before 4.9.1 read no string attributes: one string is stored as char text, more refused."""
+    for attribute in node.attrs.all_typed():
+        if attribute.nctype is not STRING:
+            continue
+        where = f"{node.path.rstrip('/')}:{attribute.name}" if isinstance(node, Variable) else attribute.name
+        if len(attribute.value) != 1:
+            raise FormatError(
+                f"attribute {where!r}: netcdf-c before 4.9.1 cannot read string attributes, and "
+                f"{list(attribute.value)!r} is not one text: join it, or write for 4.9.1 or later"
+            )
+        node.attrs.load({attribute.name: Attribute(attribute.name, CHAR, attribute.value[0])})
 
 
 def _stored_equal(zmap, key: str, value: object) -> bool:
