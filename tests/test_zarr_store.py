@@ -385,15 +385,18 @@ def ncgen(cdl: Path, output: str) -> None:
 
 
 @needs_ncgen
-@pytest.mark.parametrize("modes", ["nczarr", "nczarr,noxarray"])
+@pytest.mark.parametrize("modes", ["nczarr", "nczarr,noxarray", "zarr"])
 def test_stores_written_by_ncgen(tmp_path, modes):
+    """Char arrays too: 4.9.0 declares them "<U1" but stores a byte a character, and writes "<u1"; both
+    are shown to zarr-python 3 as what they hold ("|S1", "|u1")."""
     cdl = tmp_path / "x.cdl"
     cdl.write_text(CDL)
     source = tmp_path / "x.nc"
     ncgen(cdl, str(source))
     url = f"file://{tmp_path}/x.file#mode={modes},file"
     ncgen(cdl, url)
-    assert_same_data(ZarrStore(url), source)
+    groups = (None,) if modes == "zarr" else (None, "g")  # ncgen 4.9.0 writes no subgroup in pure Zarr
+    assert_same_data(ZarrStore(url), source, groups)
 
 
 @needs_fixtures

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -79,8 +80,10 @@ class _Presentation:
                 self.contents[key] = _with_dimensions(_stored(zmap, key), self.dimensions[key])
             elif key in self.groups:
                 self.contents[key] = _stored(zmap, key) or _ZGROUP
-            elif key == "/.zmetadata" and self.dimensions:
+            elif key == "/.zmetadata":
                 self.contents[key] = self._consolidated(_stored(zmap, key))
+            elif parent_and_name(key)[1] == ".zarray":
+                self.contents[key] = _portable_zarray(zmap, key, _stored(zmap, key))
             else:
                 return None
         return self.contents[key]
@@ -100,6 +103,9 @@ class _Presentation:
                     members[key[1:]] = {**attrs, "_ARRAY_DIMENSIONS": names}
         for key in self.groups:
             members.setdefault(key[1:], {"zarr_format": 2})
+        for key, member in members.items():
+            if key.endswith(".zarray") and isinstance(member, dict):
+                member["dtype"] = _portable_dtype(member.get("dtype"))
         return json.dumps(document).encode()
 
 
@@ -134,6 +140,46 @@ def _with_dimensions(stored: bytes | None, names: list[str]) -> bytes:
     if _names_dimensions(attrs.get("_ARRAY_DIMENSIONS"), len(names)):
         return stored
     return json.dumps({**attrs, "_ARRAY_DIMENSIONS": names}).encode()
+
+
+def _portable_zarray(zmap: ZMap, key: str, stored: bytes | None) -> bytes | None:
+    """A ``.zarray`` as zarr-python 3 can read it, or None when it can as stored: a one-byte dtype with a
+    byte order (netcdf-c writes ``>S1`` for char, ``<u1``) gets ``|``; netcdf-c 4.8.0-4.9.0's char arrays,
+    declared ``<U1`` but stored one byte a character, are shown as the ``|S1`` they are."""
+    array = _json_object(stored)
+    if array is None:
+        return None
+    dtype = array.get("dtype")
+    portable = _portable_dtype(dtype)
+    if dtype in ("<U1", ">U1") and _one_byte_characters(zmap, key, array):
+        portable = "|S1"
+    return None if portable == dtype else json.dumps({**array, "dtype": portable}).encode()
+
+
+def _one_byte_characters(zmap: ZMap, key: str, array: dict) -> bool:
+    """An uncompressed array's first chunk holds one byte per value (netcdf-c's ``<U1`` char data)."""
+    chunks = array.get("chunks")
+    if array.get("compressor") or array.get("filters") or not isinstance(chunks, list):
+        return False
+    if not all(isinstance(size, int) and size > 0 for size in chunks):
+        return False
+    separator = array.get("dimension_separator", ".")
+    first = separator.join("0" for _ in chunks) or "0"
+    try:
+        return zmap.len(join(parent_and_name(key)[0], first)) == math.prod(chunks)
+    except (EmptyError, KeyNameError):
+        return False
+
+
+def _portable_dtype(dtype: object) -> object:
+    if (
+        isinstance(dtype, str)
+        and len(dtype) == 3
+        and dtype[0] in "<>"
+        and dtype[1:] in ("S1", "u1", "i1", "b1")
+    ):
+        return "|" + dtype[1:]
+    return dtype
 
 
 def _names_dimensions(value: object, rank: int) -> bool:
@@ -438,7 +484,7 @@ class ZarrStore(Store):
 
     def _maybe_presented(self, zmap: ZMap, key: str) -> _Presentation | None:
         """The presentation when ``key`` could be presented (only metadata names are)."""
-        if parent_and_name(key)[1] not in (".zattrs", ".zgroup", ".zmetadata"):
+        if parent_and_name(key)[1] not in (".zattrs", ".zgroup", ".zmetadata", ".zarray"):
             return None
         return self._presented(zmap)
 
