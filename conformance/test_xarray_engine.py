@@ -132,9 +132,6 @@ def url_of(path: Path, mode: str) -> str:
 
 # These CDLs reach nczmap's writers through the D3 store rather than the .nc:
 COPY_FROM_D3 = {
-    # nczmap's copier reads an .nc through netCDF4-python, which sizes '/g1/g2/d(/y)' by the nearer
-    # '/g1/g2/y' and fails (test_copy_of_shadowed_dimension)
-    "groups",
     # the never-written elements of the no-fill 'ff' are uninitialised memory in HDF5, different at each
     # read of the .nc; in NCZarr they are zeros
     "nofill",
@@ -574,13 +571,6 @@ def test_groups_identical(stores, case: str, kind: str) -> None:
             check(case, KINDS[kind], ours, theirs_tree[path].to_dataset(inherit=False).load(), path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=Exception,
-    reason="nczmap bug (nczmap/integrations/netcdf4.py): the copier reads an .nc variable through "
-    "netCDF4-python, which sizes '/g1/g2/d(/y)' by the nearer '/g1/g2/y' (4, not 3): FormatError "
-    "'Start+count exceeds dimension bound'",
-)
 def test_copy_of_shadowed_dimension(stores, tmp_path) -> None:
     """nczmap's copier reads '/g1/g2/d(/y)' of groups.nc with the root's dimension, as libnetcdf does."""
     url = url_of(tmp_path / "groups.file", "nczarr")

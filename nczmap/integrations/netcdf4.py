@@ -6,13 +6,18 @@ one-valued NC_STRING attribute from a char attribute; such attributes are copied
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import threading
+from pathlib import Path
 
 import numpy as np
 
 from nczmap.errors import DriverNotAvailable, FormatError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Dimension, Group
+from nczmap.format.selection import normalize_selection
 from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype, type_of_numpy
 from nczmap.format.variable import ArrayLayout, Variable
 from nczmap.format.writer import default_chunks
@@ -26,14 +31,30 @@ class NetCDF4Variable(Variable):
         self.source = source
 
     def read(self, selection: object = Ellipsis) -> np.ndarray:
+        explicit, squeeze = self._explicit(selection)
         with _HDF5_LOCK:  # libhdf5 is not thread-safe; copy reads chunks from several threads
             try:
-                values = self.source[selection]
+                values = self.source[explicit]
             except (RuntimeError, IndexError, OSError, ValueError) as exc:
                 raise FormatError(f"netCDF4-python cannot read {self.key!r} {selection!r}: {exc}") from exc
+        if any(squeeze):
+            values = values[tuple(0 if s else slice(None) for s in squeeze)]
         if self.nctype is STRING:
             return np.asarray(values, dtype=object)
         return np.asarray(values)
+
+    def _explicit(self, selection: object) -> tuple[object, list[bool]]:
+        """The selection with every bound spelled out: netCDF4-python sizes a variable's dimensions by
+        name from the variable's own group, so a dimension shadowed there (``/g/y`` hiding ``/y``) would
+        give ``...`` and open slices the wrong length."""
+        if self.layout.scalar:
+            return selection, []
+        indices, squeeze = normalize_selection(selection, self.shape, self.key)
+        explicit = tuple(
+            slice(ix.start, ix.stop, ix.step) if isinstance(ix, range) and ix.step > 0 else np.asarray(ix)
+            for ix in indices
+        )
+        return explicit, squeeze
 
     def region_is_empty(self, region: tuple[slice, ...]) -> bool | None:
         return None  # HDF5 does not say which chunks are allocated
@@ -60,27 +81,51 @@ def open_netcdf4(path: str) -> NetCDF4File:
     except OSError as exc:
         raise FormatError(f"cannot open {path!r} as netCDF: {exc}") from exc
     root = NetCDF4File(handle)
-    _load_group(handle, root)
+    _load_group(handle, root, {})
     return root
 
 
-def _load_group(source, group: Group) -> None:
+def _load_group(source, group: Group, by_id: dict[int, Dimension]) -> None:
     source.set_auto_maskandscale(False)
     source.set_auto_chartostring(False)
     for name in source.ncattrs():
         group.attrs[name] = source.getncattr(name)
     for name, dim in source.dimensions.items():
-        group.dimensions[name] = Dimension(name, len(dim), dim.isunlimited(), group)
+        group.dimensions[name] = by_id[dim._dimid] = Dimension(name, len(dim), dim.isunlimited(), group)
     for name, variable in source.variables.items():
-        group.variables[name] = _variable(group, name, variable)
+        group.variables[name] = _variable(group, name, variable, by_id)
     for name, child in source.groups.items():
         sub = Group(name, group)
         group.groups[name] = sub
-        _load_group(child, sub)
+        _load_group(child, sub, by_id)
+
+
+@functools.cache
+def _libnetcdf() -> ctypes.CDLL | None:
+    """The libnetcdf netCDF4-python runs on (the wheel's own copy, or the system's), or None."""
+    import netCDF4
+
+    package = Path(netCDF4.__file__).resolve().parent
+    found = sorted(package.parent.glob("[nN]et[cC][dD][fF]4.libs/libnetcdf*"))
+    name = str(found[0]) if found else ctypes.util.find_library("netcdf")
+    try:
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+
+
+def _dimensions_of(group: Group, source, by_id: dict[int, Dimension]) -> list[Dimension]:
+    """A variable's dimensions by their ids, as libnetcdf knows them: netCDF4-python's ``get_dims`` looks
+    them up by name from the variable's group, so a shadowing dimension (``/g/y`` over ``/y``) wins."""
+    lib = _libnetcdf()
+    ids = (ctypes.c_int * source.ndim)()
+    found = lib is not None and lib.nc_inq_vardimid(source._grpid, source._varid, ids) == 0
+    if found and all(i in by_id for i in ids):
+        return [by_id[i] for i in ids]
+    return [_dimension_of(group, d) for d in source.get_dims()]
 
 
 def _dimension_of(group: Group, dimension) -> Dimension:
-    """Our dimension for a netCDF4-python one: found by its group's path, not by name (names shadow)."""
     path = dimension.group().path.rstrip("/") + "/" + dimension.name
     found = group.find_dimension(path)
     if found is None:
@@ -88,9 +133,9 @@ def _dimension_of(group: Group, dimension) -> Dimension:
     return found
 
 
-def _variable(group: Group, name: str, source) -> NetCDF4Variable:
+def _variable(group: Group, name: str, source, by_id: dict[int, Dimension]) -> NetCDF4Variable:
     nctype = _nctype(source)
-    dims = [_dimension_of(group, d) for d in source.get_dims()]
+    dims = _dimensions_of(group, source, by_id)
     shape = tuple(d.size for d in dims)
     storage = _storage(source, nctype)
     chunking = source.chunking()
