@@ -17,6 +17,7 @@ from nczmap.format import Dataset, FormatOptions, open_on
 from nczmap.format.model import Group
 from nczmap.format.variable import Variable
 from nczmap.zmap import ZMap
+from nczmap.zmap import base as zmap_base
 
 _OPENED: OrderedDict[str, Dataset] = OrderedDict()  # token -> dataset, in this process
 _OPENED_LOCK = threading.Lock()
@@ -28,7 +29,7 @@ class DatasetHandle:
 
     def __init__(self, dataset: Dataset, token: str | None = None) -> None:
         self._dataset: Dataset | None = dataset
-        self._zmap: ZMap = dataset.zmap
+        self._zmap: ZMap | tuple = dataset.zmap  # or, pickled, how to open it again (see __getstate__)
         self._mode = "r" if dataset.zmap.readonly else "r+"
         self._options: FormatOptions = dataset.options
         self.token = token or uuid.uuid4().hex
@@ -48,10 +49,18 @@ class DatasetHandle:
         try:
             return group.variables[name]
         except KeyError:
-            raise NCZError(f"{self._zmap.location} has no variable {path!r}") from None
+            raise NCZError(f"{self.dataset.zmap.location} has no variable {path!r}") from None
 
     def __getstate__(self) -> dict:
-        return {"zmap": self._zmap, "mode": self._mode, "options": self._options, "token": self.token}
+        # A map that reopens by URL travels as the recipe its pickling gives (a zip open for writing refuses
+        # here), followed where the dataset is used: a process that only passes the handle on (dask's
+        # scheduler) never opens the storage, and a storage failure is reported where the data is read.
+        zmap = self._zmap
+        if isinstance(zmap, ZMap):
+            recipe = zmap.__reduce__()
+            if recipe[0] is zmap_base._reopen:
+                zmap = recipe
+        return {"zmap": zmap, "mode": self._mode, "options": self._options, "token": self.token}
 
     def __setstate__(self, state: dict) -> None:
         self._dataset = None
@@ -61,15 +70,22 @@ class DatasetHandle:
         self.token = state["token"]
 
 
-def _reopen(token: str, zmap: ZMap, mode: str, options: FormatOptions) -> Dataset:
+def _reopen(token: str, zmap: ZMap | tuple, mode: str, options: FormatOptions) -> Dataset:
     with _OPENED_LOCK:
         dataset = _OPENED.get(token)
         if dataset is not None and not dataset.zmap.closed:
             _OPENED.move_to_end(token)
             return dataset
-        if zmap.closed:  # this process opened the dataset and closed it since: open the map again
+        if not isinstance(zmap, ZMap):  # a handle from another process: open its map here
+            opener, arguments = zmap
+            zmap = opener(*arguments)
+        elif zmap.closed:  # this process opened the dataset and closed it since: open the map again
             zmap = zmap.reopened(mode)
-        dataset = open_on(zmap, mode, options)
+        try:
+            dataset = open_on(zmap, mode, options)
+        except BaseException:
+            zmap.close()
+            raise
         _OPENED[token] = dataset
         while len(_OPENED) > _KEEP:
             _, old = _OPENED.popitem(last=False)
