@@ -11,6 +11,7 @@ must line up with dask's chunks so that no two tasks write one chunk.
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -84,13 +85,42 @@ def to_nczarr(
         for path, dataset, node_encoding in nodes:
             store = NCZmapWritableStore(handle, _ensure_group(target, path).path)
             dump_to_store(dataset, store, writer, encoding=node_encoding, unlimited_dims=unlimited_dims)
+        if compute and writer.sources:
+            _check_travels(target, writer.sources)
         target.flush()  # every metadata object, before any task writes data
         delayed = writer.sync(compute=compute)
     except BaseException:
         target.zmap.abort()
         raise
     target.close()
-    return delayed
+    if delayed is None:
+        return None
+    import dask
+
+    return dask.delayed(_written)(delayed)  # one dask object, as xarray's to_netcdf returns
+
+
+def _written(stores: object) -> None:
+    """The end of a ``compute=False`` write: computing it ran every task that stores a chunk."""
+
+
+def _check_travels(target: Dataset, sources: list) -> None:
+    """The store must reach dask's tasks: refused before any of them runs if they run in other processes
+    (distributed, processes) and the store cannot go there (a zip archive open for writing)."""
+    import dask.base
+    import dask.local
+    import dask.threaded
+
+    scheduler = dask.base.get_scheduler(collections=sources)
+    if scheduler in (None, dask.threaded.get, dask.local.get_sync):
+        return
+    try:
+        pickle.dumps(target.zmap)
+    except NCZError as exc:
+        raise NCZError(
+            f"{exc}; dask's scheduler here runs the write tasks in other processes: "
+            "write with dask's threaded scheduler (dask.config.set(scheduler='threads'))"
+        ) from None
 
 
 def _nodes(data: XDataset | DataTree, encoding: Mapping[str, Any] | None):
