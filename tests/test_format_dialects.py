@@ -707,12 +707,6 @@ def test_string_variables_need_4_9_1(version, refused):
         assert ds.create_variable("s", ("x",), "string").nctype.name == "string"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="§3.3/§3.4/§4.2: 4.8.0 rejected string attributes, 4.9.0 fails on one (NC_ENCZARR) and accepts "
-    "no S dtype; nczmap refuses string variables for these releases but writes string attributes "
-    "(types '12' / '|S2') that they cannot read",
-)
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.0"])
 def test_string_attributes_need_4_9_1(version):
     ds = open_on(MemoryMap("w"), "w", FormatOptions(netcdf_version=version))

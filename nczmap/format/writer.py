@@ -499,6 +499,8 @@ def _storage_bytes(variable: Variable, chunk: np.ndarray) -> bytes:
         return encode_vlen_utf8(chunk)
     if variable.layout.transpose is not None:
         chunk, order = np.transpose(chunk, variable.layout.transpose), "C"
+    if variable.nctype is CHAR:  # one byte a character, "<U1" declared or not, as netcdf-c writes it
+        return np.ascontiguousarray(chunk, dtype="S1").tobytes(order=order)
     if storage.kind == "U":  # a Zarr v3 fixed_length_utf32 array
         return np.asarray(chunk, dtype=storage).tobytes(order=order)
     if variable.nctype is STRING:
