@@ -890,3 +890,15 @@ def test_string_attributes_for_releases_without_strings_are_text_or_refused(stor
     with pytest.raises(nczmap.FormatError, match=r"attribute 'two': netcdf-c before 4\.9\.1"):  # noqa: SIM117
         with nczmap.create_dataset(url, version) as ds:
             ds.attrs.set("two", ["a", "b"], "string")
+
+
+@pytest.mark.parametrize("store", ["D0", "D1"])
+def test_char_data_of_old_releases_is_one_byte_a_character(store):
+    """netcdf-c 4.8.0-4.9.0 declare char arrays "<U1" but write (and read) one byte a character."""
+    zmap = MemoryMap("w")
+    ds = open_on(zmap, "w", OPTIONS[store])
+    ds.create_dimension("n", 4)
+    ds.create_variable("c", ("n",), "char", data="abc")
+    ds.flush()
+    assert zmap.read("/c/0") == b"abc\x00"
+    assert json.loads(zmap.read("/c/.zarray"))["dtype"] == "<U1"
