@@ -20,8 +20,12 @@ class EmptyError(NCZError):
 
     def __init__(self, key: str, where: str = "") -> None:
         self.key = key
+        self.where = where
         suffix = f" in {where}" if where else ""
         super().__init__(f"key {key!r} has no content{suffix}")
+
+    def __reduce__(self):  # raised in a dask worker, it must arrive whole
+        return (type(self), (self.key, self.where))
 
 
 class URLError(NCZError):

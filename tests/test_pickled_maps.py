@@ -81,3 +81,10 @@ def test_a_manifest_map_keeps_its_authorised_containers(tmp_path):
         copy = pickle.loads(pickle.dumps(zmap))
     with copy:
         assert copy.read("/raw") == np.array([1, 2], "<i4").tobytes()
+
+
+def test_errors_arrive_whole_from_other_processes():
+    for error in (nczmap.EmptyError("/v/0", "/data/x.file"), nczmap.FormatError("bad /v/.zarray")):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+    assert pickle.loads(pickle.dumps(nczmap.EmptyError("/v/0"))).key == "/v/0"
