@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -321,3 +322,16 @@ def test_temporary_files_of_a_killed_writer_are_removed_by_the_next_writer(store
         pass
     assert os.listdir(store / "v") == ["0"]
     assert sorted(os.listdir(store.parent)) == ["ds.file"]  # the dead writer's lock file too
+
+
+def test_a_store_removed_while_open_is_an_error_not_fill_values(tmp_path):
+    url = f"file://{tmp_path}/gone.file#mode=nczarr,file"
+    with nczmap.create_dataset(url) as ds:
+        ds.create_dimension("x", 4)
+        ds.create_variable("v", ("x",), "i4", chunks=(2,), data=[1, 2, 3, 4])
+    with nczmap.open_dataset(url) as ds:
+        shutil.rmtree(tmp_path / "gone.file")
+        with pytest.raises(nczmap.DatasetNotFound, match=r"gone\.file.*removed while open"):
+            ds.variables["v"][...]
+        with pytest.raises(nczmap.DatasetNotFound):
+            ds.zmap.read("/v/0")

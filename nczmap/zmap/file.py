@@ -217,6 +217,8 @@ class FileMap(ZMap):
         if isinstance(exc, AccessDenied):  # ours already (a link leaving the store)
             return exc
         if exc.errno in _EMPTY_ERRNOS:
+            if not os.path.isdir(self.root):  # else every chunk of a deleted store would read as fill values
+                return DatasetNotFound(f"{self.root!r} was removed while open: cannot read {key!r}")
             return EmptyError(key, self.root)
         return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
 
