@@ -17,7 +17,6 @@ from nczmap.format import Dataset, FormatOptions, open_on
 from nczmap.format.model import Group
 from nczmap.format.variable import Variable
 from nczmap.zmap import ZMap
-from nczmap.zmap import base as zmap_base
 
 _OPENED: OrderedDict[str, Dataset] = OrderedDict()  # token -> dataset, in this process
 _OPENED_LOCK = threading.Lock()
@@ -57,9 +56,7 @@ class DatasetHandle:
         # scheduler) never opens the storage, and a storage failure is reported where the data is read.
         zmap = self._zmap
         if isinstance(zmap, ZMap):
-            recipe = zmap.__reduce__()
-            if recipe[0] is zmap_base._reopen:
-                zmap = recipe
+            zmap = zmap.reopen_recipe() or zmap
         return {"zmap": zmap, "mode": self._mode, "options": self._options, "token": self.token}
 
     def __setstate__(self, state: dict) -> None:

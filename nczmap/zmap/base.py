@@ -254,8 +254,12 @@ class ZMap(ABC):
         """Maps travel to other processes (dask workers) as their URL and reopen there: read-only maps
         read-only, writable ones as ``r+`` (never ``w``, which would empty the dataset), with the same
         driver options. A map without a URL (memory) travels with its content."""
+        return self.reopen_recipe() or super().__reduce__()
+
+    def reopen_recipe(self) -> tuple | None:
+        """``(function, arguments)`` that open this map again in another process; None without a URL."""
         if self.url is None:
-            return super().__reduce__()
+            return None
         return (_reopen, (type(self), self.url, "r" if self.mode == "r" else "r+", self.reopen_options()))
 
     def reopened(self, mode: str) -> ZMap:

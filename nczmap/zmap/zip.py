@@ -92,14 +92,14 @@ class ZipMap(ZMap):
 
     # ----------------------------------------------------------------- opening
 
-    def __reduce__(self):
+    def reopen_recipe(self) -> tuple | None:
         if not self.readonly:
             # Each process would rewrite the whole archive at close: all but the last one's writes are lost.
             raise StorageError(
                 f"{self.location} is a zip archive open for writing: it cannot be shared with other processes"
                 " (write it from one process, or write a directory store and zip it)"
             )
-        return super().__reduce__()
+        return super().reopen_recipe()
 
     def _open_archive(self) -> None:
         exists = os.path.lexists(self.path)
