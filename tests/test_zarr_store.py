@@ -479,6 +479,18 @@ def test_byte_ranges_are_zmap_range_reads_off_the_event_loop():
     assert loop_thread not in zmap.threads
 
 
+def test_pure_zarr_metadata_is_passed_on_without_reading_the_model():
+    zmap = CountingMap()
+    zmap.write("/.zgroup", b'{"zarr_format": 2}')
+    for index in range(20):
+        zmap.write(f"/v{index}/.zarray", b'{"zarr_format": 2, "shape": [1], "chunks": [1], "dtype": "<f8"}')
+        zmap.write(f"/v{index}/.zattrs", b'{"_ARRAY_DIMENSIONS": ["x"]}')
+    store = ZarrStore(zmap)
+    assert get_bytes(store, "v3/.zattrs") == b'{"_ARRAY_DIMENSIONS": ["x"]}'
+    # the root's two objects, to see it is not NCZarr, and the one asked for: not the other 39
+    assert sorted(key for key, _, _ in zmap.reads) == ["/.zattrs", "/.zgroup", "/v3/.zattrs"]
+
+
 async def _loop_thread() -> int:
     return threading.get_ident()
 

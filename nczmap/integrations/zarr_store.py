@@ -186,11 +186,25 @@ def _names_dimensions(value: object, rank: int) -> bool:
     return isinstance(value, list) and len(value) == rank and all(isinstance(name, str) for name in value)
 
 
+def _has_nczarr_superblock(zmap: ZMap) -> bool:
+    """The root says NCZarr: 4.8.0's ``/.nczarr``, or an ``_nczarr``/``_NCZARR`` key in ``/.zgroup`` (4.8.1-
+    4.9.2) or ``/.zattrs`` (4.9.3 and later). Two or three small reads, instead of the whole model."""
+    if zmap.exists("/.nczarr"):
+        return True
+    for key in ("/.zgroup", "/.zattrs"):
+        document = _json_object(_stored(zmap, key))
+        if document is not None and any(name.lower().startswith("_nczarr") for name in document):
+            return True
+    return False
+
+
 def _presentation_of(zmap: ZMap) -> _Presentation:
     """Read the store's netCDF model; an NCZarr store gets its dimension names presented."""
     from nczmap.format.dataset import FormatOptions
     from nczmap.format.reader import read_dataset
 
+    if not _has_nczarr_superblock(zmap):  # pure Zarr (or nothing): shown as stored, no model to read
+        return _Presentation({}, set())
     try:
         dataset = read_dataset(zmap, FormatOptions())
     except NCZError:  # empty, not NCZarr, or metadata nczmap cannot read: zarr sees the store as it is
