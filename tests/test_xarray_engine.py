@@ -263,3 +263,14 @@ def test_zarr_v3_both_ways(dataset, tmp_path):
                 {k: v for k, v in dataset.attrs.items() if k != "names"}
             ),
         )
+
+
+def test_unlimited_dimensions_the_data_was_read_with_are_kept_where_they_can_be(source_nc, tmp_path):
+    source = xr.open_dataset(source_nc, engine="netcdf4")
+    assert source.encoding["unlimited_dims"] == {"time"}
+    for version, unlimited in ((None, {"time"}), ("4.9.0", set())):
+        url = f"file://{tmp_path}/{version}.file#mode=nczarr,file"
+        nczmap.to_nczarr(source[["packed", "time"]], url, version)
+        with xr.open_dataset(url, engine="nczmap") as got:
+            assert got.encoding["unlimited_dims"] == unlimited
+            xr.testing.assert_identical(got.load(), source[["packed", "time"]].load())

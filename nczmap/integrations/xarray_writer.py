@@ -71,8 +71,9 @@ def to_nczarr(
     ``netcdf_version`` picks the NCZarr dialect (default: 4.9.3 and later); a URL with ``#mode=zarr``
     writes pure Zarr. ``mode``: ``w`` creates (replacing a dataset there), ``a`` adds to an existing one.
     ``encoding`` maps variable names (for a DataTree: group paths, then names) to netCDF4-style
-    encodings. With dask-backed data and ``compute=False`` the metadata is written and a dask object that
-    writes the data is returned.
+    encodings. ``unlimited_dims`` defaults to those the data was read with (``ds.encoding``), kept where
+    the target release reads unlimited dimensions. With dask-backed data and ``compute=False`` the
+    metadata is written and a dask object that writes the data is returned.
     """
     nodes = _nodes(data, encoding)
     target = open_nczmap(url, mode, netcdf_version, keep_filters=keep_filters, **map_options)
@@ -84,7 +85,8 @@ def to_nczarr(
     try:
         for path, dataset, node_encoding in nodes:
             store = NCZmapWritableStore(handle, _ensure_group(target, path).path)
-            dump_to_store(dataset, store, writer, encoding=node_encoding, unlimited_dims=unlimited_dims)
+            unlimited = unlimited_dims if unlimited_dims is not None else _recorded_unlimited(dataset, target)
+            dump_to_store(dataset, store, writer, encoding=node_encoding, unlimited_dims=unlimited)
         if compute and writer.sources:
             _check_travels(target, writer.sources)
         target.flush()  # every metadata object, before any task writes data
@@ -98,6 +100,14 @@ def to_nczarr(
     import dask
 
     return dask.delayed(_written)(delayed)  # one dask object, as xarray's to_netcdf returns
+
+
+def _recorded_unlimited(dataset: XDataset, target: Dataset) -> set[str]:
+    """The unlimited dimensions the data was read with (as ``to_netcdf`` keeps them), where the target
+    release can read unlimited dimensions (4.9.3 and later); asked for explicitly, they are refused."""
+    if not target.dialect.reads_unlimited:
+        return set()
+    return set(dataset.encoding.get("unlimited_dims") or ())
 
 
 def _written(stores: object) -> None:
