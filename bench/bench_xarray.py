@@ -4,6 +4,7 @@
    scheduler) through ``xr.open_dataset(url, engine="nczmap")`` and through
    ``xr.open_zarr(LocalStore(path), consolidated=False)``, alternately, files in the page cache.
    Target: the engine's throughput ≥ 0.8× the Zarr engine's.
+   Also zarr-python's own reading through ``nczmap.ZarrStore`` against ``LocalStore`` (no target).
 2. Open the header of a store of 5,000 variables (no data read) both ways, without consolidated
    metadata. Target: the engine ≥ 2× faster.
 
@@ -69,6 +70,13 @@ def read_zarr(path: Path) -> float:
     return time.perf_counter() - start
 
 
+def read_zarr_store(url: str) -> float:
+    start = time.perf_counter()
+    with xr.open_zarr(nczmap.ZarrStore(url), consolidated=False, chunks={}) as ds:
+        ds.v.data.sum().compute()
+    return time.perf_counter() - start
+
+
 def header_engine(url: str) -> float:
     start = time.perf_counter()
     xr.open_dataset(url, engine="nczmap").close()
@@ -110,6 +118,13 @@ def main() -> None:
         print(f"   engine nczmap       {size / ours / 2**30:6.2f} GiB/s  ({ours:.3f} s)")
         print(f"   xr.open_zarr        {size / theirs / 2**30:6.2f} GiB/s  ({theirs:.3f} s)")
         print(f"   throughput ratio    {theirs / ours:.2f}×  (TARGET ≥ 0.8×)")
+        store, local = side_by_side(
+            "store", lambda: read_zarr_store(url), lambda: read_zarr(big), args.rounds
+        )
+        print(
+            f"   xr.open_zarr(nczmap.ZarrStore) {size / store / 2**30:.2f} GiB/s vs LocalStore "
+            f"{size / local / 2**30:.2f} GiB/s: {local / store:.2f}×"
+        )
 
         wide = Path(tmp, "wide.file")
         wide_url = build_wide(wide, args.variables)
