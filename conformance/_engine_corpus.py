@@ -152,6 +152,24 @@ class Stores:
                 nczmap_copy(source, url, netcdf_version=kind.netcdf_version)
 
 
+_SHARED: dict[str, Stores] = {}
+
+
+def shared_stores(tmp_path_factory) -> Stores:
+    """One :class:`Stores` for the whole session: every test module reading the corpus reuses its stores."""
+    if "stores" not in _SHARED:
+        _SHARED["stores"] = Stores(tmp_path_factory.mktemp("xarray_engine"))
+    return _SHARED["stores"]
+
+
+def open_oracle(stores: Stores, case: str, group: str | None = None, **options):
+    """netCDF4-python's reading of the case's .nc through xarray's ``netcdf4`` engine, loaded."""
+    import xarray as xr
+
+    with xr.open_dataset(stores.nc(case), engine="netcdf4", group=group, **options) as theirs:
+        return theirs.load()
+
+
 # ------------------------------------------------------------------------------------------ groups
 def has_groups(case: str) -> bool:
     return "group:" in CORPUS[case].read_text()

@@ -34,6 +34,7 @@ from _engine_corpus import (
     group_paths,
     has_groups,
     run,
+    shared_stores,
     url_of,
 )
 from _fixtures import FIXTURES
@@ -52,7 +53,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory) -> Stores:
-    return Stores(tmp_path_factory.mktemp("xarray_engine"))
+    return shared_stores(tmp_path_factory)
 
 
 # ------------------------------------------------------------------------------------------ differences
