@@ -141,7 +141,6 @@ class NCZmapBackendEntrypoint(BackendEntrypoint):
     """NCZarr (every netcdf-c dialect), Zarr and xarray-convention stores on file, zip, S3 and manifests."""
 
     description = "Open NCZarr and Zarr stores (file, zip, S3, virtual manifests) with nczmap"
-    url = "https://github.com/nczmap/nczmap#xarray"
     supports_groups = True
     open_dataset_parameters: ClassVar[tuple[str, ...]] = (
         "filename_or_obj",
