@@ -680,3 +680,53 @@ def test_partial_values_of_many_presented_objects_on_s3(s3_server, monkeypatch):
     assert not worker.is_alive(), "get_partial_values hung"
     assert [json.loads(b.to_bytes())["_ARRAY_DIMENSIONS"] for b in found] == [["x"]] * 12
     assert len(builds) == 1
+
+
+def _zarray(path: Path, **changes: Any) -> None:
+    """Rewrite ``path`` (a ``.zarray``) as another writer wrote it; a value of None drops the key."""
+    array = json.loads(path.read_text())
+    array.update({k: v for k, v in changes.items() if v is not None})
+    for key in [k for k, v in changes.items() if v is None]:
+        del array[key]
+    path.write_text(json.dumps(array))
+
+
+def test_zarrays_zarr_python_cannot_read_as_written_are_presented_readable(tmp_path):
+    """netcdf-c 4.10.1's shuffle ``elementsize: 0`` (the type's size; numcodecs mis-decodes it), 4.8.0's
+    no-fill arrays without a ``fill_value`` key, 4.8.0-4.9.0's never-written ``<U1`` char arrays."""
+    import netCDF4
+
+    from nczmap.integrations.copy import copy as nczmap_copy
+
+    source = tmp_path / "source.nc"
+    with netCDF4.Dataset(source, "w") as nc:
+        nc.createDimension("n", 8)
+        nc.createDimension("k", 3)
+        nc.createVariable("z", "i4", ("n",), zlib=True, shuffle=True)[:] = np.arange(8) * 70000
+        nofill = nc.createVariable("nf", "i2", ("n",), fill_value=False)
+        nofill[:] = np.arange(8)
+        nc.createVariable("never", "S1", ("n", "k"))
+    url = f"file://{tmp_path}/ds.file#mode=nczarr,file"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nczmap_copy(str(source), url, netcdf_version="4.9.0")  # char as <U1
+        nczmap_copy(str(source), url.replace("ds.file", "d3.file"))  # with the shuffle 4.9.0 cannot write
+    root = tmp_path / "ds.file"
+    shutil.rmtree(root / "z")
+    shutil.copytree(tmp_path / "d3.file" / "z", root / "z")
+    assert json.loads((root / "z" / ".zarray").read_text())["filters"][0]["id"] == "shuffle"
+    _zarray(root / "z" / ".zarray", filters=[{"id": "shuffle", "elementsize": 0}])
+    _zarray(root / "nf" / ".zarray", fill_value=None)
+    assert json.loads((root / "never" / ".zarray").read_text())["dtype"] == "<U1"
+    assert not [p for p in (root / "never").iterdir() if not p.name.startswith(".")]
+    store = ZarrStore(url)
+    assert json.loads(get_bytes(store, "z/.zarray"))["filters"] == [{"id": "shuffle", "elementsize": 4}]
+    assert json.loads(get_bytes(store, "nf/.zarray"))["fill_value"] is None
+    assert json.loads(get_bytes(store, "never/.zarray"))["dtype"] == "|S1"
+    with xr.open_zarr(store, consolidated=False) as ours:
+        np.testing.assert_array_equal(ours["z"].values, np.arange(8) * 70000)
+        np.testing.assert_array_equal(ours["nf"].values, np.arange(8))
+        assert "_FillValue" not in ours["nf"].attrs
+    never = zarr.open_group(store, mode="r")["never"]
+    assert never.dtype == np.dtype("S1")
+    assert never[:].tolist() == [[b""] * 3] * 8

@@ -25,6 +25,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
 from zarr.abc.store import ByteRequest, OffsetByteRequest, RangeByteRequest, Store, SuffixByteRequest
 from zarr.core.buffer import Buffer, BufferPrototype, default_buffer_prototype
 
@@ -83,7 +84,8 @@ class _Presentation:
             elif key == "/.zmetadata":
                 self.contents[key] = self._consolidated(_stored(zmap, key))
             elif parent_and_name(key)[1] == ".zarray":
-                self.contents[key] = _portable_zarray(zmap, key, _stored(zmap, key))
+                nczarr = join(parent_and_name(key)[0], ".zattrs") in self.dimensions
+                self.contents[key] = _portable_zarray(zmap, key, _stored(zmap, key), nczarr)
             else:
                 return None
         return self.contents[key]
@@ -105,7 +107,7 @@ class _Presentation:
             members.setdefault(key[1:], {"zarr_format": 2})
         for key, member in members.items():
             if key.endswith(".zarray") and isinstance(member, dict):
-                member["dtype"] = _portable_dtype(member.get("dtype"))
+                member.update(_portable_fields(member))
         return json.dumps(document).encode()
 
 
@@ -142,22 +144,47 @@ def _with_dimensions(stored: bytes | None, names: list[str]) -> bytes:
     return json.dumps({**attrs, "_ARRAY_DIMENSIONS": names}).encode()
 
 
-def _portable_zarray(zmap: ZMap, key: str, stored: bytes | None) -> bytes | None:
+def _portable_zarray(zmap: ZMap, key: str, stored: bytes | None, nczarr: bool = False) -> bytes | None:
     """A ``.zarray`` as zarr-python 3 can read it, or None when it can as stored: a one-byte dtype with a
     byte order (netcdf-c writes ``>S1`` for char, ``<u1``) gets ``|``; netcdf-c 4.8.0-4.9.0's char arrays,
-    declared ``<U1`` but stored one byte a character, are shown as the ``|S1`` they are."""
+    declared ``<U1`` but stored one byte a character, are shown as the ``|S1`` they are (in an NCZarr
+    store, never-written ones too: netCDF has no other ``U1``); 4.8.0's no-fill arrays, whose ``fill_value``
+    is omitted, get ``null``; 4.10's shuffle ``elementsize: 0`` (the type's size) gets that size."""
     array = _json_object(stored)
     if array is None:
         return None
+    fields = _portable_fields(array)
+    if array.get("dtype") in ("<U1", ">U1") and _one_byte_characters(zmap, key, array, nczarr):
+        fields["dtype"] = "|S1"
+    return json.dumps({**array, **fields}).encode() if fields else None
+
+
+def _portable_fields(array: dict) -> dict:
+    """The fields of the ``.zarray`` ``array`` that zarr-python cannot read as they are, made readable."""
+    fields: dict = {}
     dtype = array.get("dtype")
-    portable = _portable_dtype(dtype)
-    if dtype in ("<U1", ">U1") and _one_byte_characters(zmap, key, array):
-        portable = "|S1"
-    return None if portable == dtype else json.dumps({**array, "dtype": portable}).encode()
+    if _portable_dtype(dtype) != dtype:
+        fields["dtype"] = _portable_dtype(dtype)
+    if "fill_value" not in array:
+        fields["fill_value"] = None
+    filters = array.get("filters")
+    if isinstance(filters, list) and any(_unsized_shuffle(f) for f in filters):
+        try:
+            size = np.dtype(dtype).itemsize
+        except (TypeError, ValueError):
+            size = None
+        if size:
+            fields["filters"] = [{**f, "elementsize": size} if _unsized_shuffle(f) else f for f in filters]
+    return fields
 
 
-def _one_byte_characters(zmap: ZMap, key: str, array: dict) -> bool:
-    """An uncompressed array's first chunk holds one byte per value (netcdf-c's ``<U1`` char data)."""
+def _unsized_shuffle(codec: object) -> bool:
+    return isinstance(codec, dict) and codec.get("id") == "shuffle" and codec.get("elementsize") == 0
+
+
+def _one_byte_characters(zmap: ZMap, key: str, array: dict, unwritten: bool = False) -> bool:
+    """An uncompressed array's first chunk holds one byte per value (netcdf-c's ``<U1`` char data);
+    ``unwritten`` when there is no first chunk."""
     chunks = array.get("chunks")
     if array.get("compressor") or array.get("filters") or not isinstance(chunks, list):
         return False
@@ -167,7 +194,9 @@ def _one_byte_characters(zmap: ZMap, key: str, array: dict) -> bool:
     first = separator.join("0" for _ in chunks) or "0"
     try:
         return zmap.len(join(parent_and_name(key)[0], first)) == math.prod(chunks)
-    except (EmptyError, KeyNameError):
+    except EmptyError:
+        return unwritten
+    except KeyNameError:
         return False
 
 
