@@ -318,10 +318,6 @@ def expected_for(
 # ------------------------------------------------------------------------------------------ xfails
 # (case, kind) -> why xarray cannot open what that store holds through zarr
 NCZMAP_KINDS = [kind for kind in KINDS if not KINDS[kind].by_netcdf_c]
-SWAPPED_FILL = (
-    "nczmap's copier writes the fill_value of big-endian variables byte-swapped (it takes netCDF4-python's "
-    "get_fill_value(), which byte-swaps them): a bug of nczmap's copier, not of ZarrStore; zarr shows it"
-)
 UNESCAPED = (
     "netcdf-c writes control characters in JSON strings unescaped (bug 21): zarr-python's json refuses "
     "the .zattrs (nczmap's engine reads it leniently)"
@@ -335,7 +331,6 @@ EMPTY_SCALAR_DIMENSIONS = (
     "xarray refuses it (ZarrStore shows pure Zarr as stored)"
 )
 XFAIL: dict[tuple[str, str], str] = {
-    **{("bigendian", kind): SWAPPED_FILL for kind in NCZMAP_KINDS},
     **{("control_chars", kind): UNESCAPED
        for kind in ("ncgen-4.9.0", "ncgen-4.9.0-zarr", "libnetcdf-4.10.1")},
     ("ref_jsonconvention", "libnetcdf-4.10.1"): INVALID_JSON,

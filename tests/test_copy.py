@@ -381,3 +381,15 @@ def test_keep_filters_keeps_them_for_builds_with_the_plugins(tmp_path, compresse
     assert json.loads((destination / "v" / ".zarray").read_text())["compressor"]["id"] == "zlib"
     with nczmap.open_dataset(str(destination)) as ds:
         assert np.array_equal(ds.variables["v"][...], np.linspace(0, 1, 50))
+
+
+def test_big_endian_variables_keep_the_default_fill_value(tmp_path):
+    """netCDF4-python gives a big-endian variable's default fill byte-swapped; a copy has the true one."""
+    source = tmp_path / "big.nc"
+    with netCDF4.Dataset(source, "w") as ds:
+        ds.createDimension("x", 2)
+        ds.createVariable("d", "f8", ("x",), endian="big")[:] = [1.5, 2.5]
+        ds.createVariable("i", "i4", ("x",), endian="big")[:] = [1, 2]
+    copy(str(source), f"file://{tmp_path}/big.file#mode=nczarr,file")
+    for name, expected in (("d", netCDF4.default_fillvals["f8"]), ("i", netCDF4.default_fillvals["i4"])):
+        assert json.loads((tmp_path / "big.file" / name / ".zarray").read_text())["fill_value"] == expected

@@ -189,6 +189,8 @@ def _fill(source, nctype: NCType) -> object:
     fill = source.get_fill_value() if hasattr(source, "get_fill_value") else None
     if "_FillValue" in source.ncattrs():
         fill = source.getncattr("_FillValue")
+    elif fill is not None and not nctype.is_text:
+        fill = nctype.fill  # the type's default: netCDF4-python byte-swaps it for big-endian variables
     if fill is None or nctype.is_text:
         return None if fill is None else (b"\x00" if nctype is CHAR else "")
     return np.array(fill).astype(nctype.numpy)[()]
