@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import uuid
 
 import netCDF4
 import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import nczmap
 from nczmap.errors import EncodingError, NCZError
@@ -274,3 +278,51 @@ def test_unlimited_dimensions_the_data_was_read_with_are_kept_where_they_can_be(
         with xr.open_dataset(url, engine="nczmap") as got:
             assert got.encoding["unlimited_dims"] == unlimited
             xr.testing.assert_identical(got.load(), source[["packed", "time"]].load())
+
+
+NUMERIC = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"]
+
+
+@st.composite
+def datasets(draw):
+    sizes = draw(st.lists(st.integers(1, 5), min_size=1, max_size=2))
+    dims = [f"d{i}" for i in range(len(sizes))]
+    variables, encoding = {}, {}
+    for index in range(draw(st.integers(1, 3))):
+        rank = draw(st.integers(0, len(dims)))
+        shape = tuple(sizes[:rank])
+        kind = draw(st.sampled_from([*NUMERIC, "str"]))
+        if kind == "str":
+            text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)
+            values = np.array(draw(st.lists(text, min_size=max(1, int(np.prod(shape))))), dtype=object)
+            values = values[: int(np.prod(shape))].reshape(shape).astype(str)
+        else:
+            values = draw(hnp.arrays(kind, shape, elements={"allow_nan": False} if kind[0] == "f" else None))
+        name = f"v{index}"
+        variables[name] = (
+            dims[:rank],
+            values,
+            {"note": draw(st.text(max_size=5)), "n": draw(st.integers(-(2**63), 2**64 - 1))},
+        )
+        if rank and draw(st.booleans()):
+            encoding[name] = {"chunksizes": tuple(draw(st.integers(1, s)) for s in shape)}
+    attrs = {"title": draw(st.text(max_size=8)), "scale": draw(st.floats(allow_nan=False))}
+    return xr.Dataset(variables, attrs=attrs), encoding
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(datasets(), st.sampled_from([None, "4.9.1"]))
+def test_any_dataset_round_trips(tmp_path, case, version):
+    dataset, encoding = case
+    url = f"file://{tmp_path}/{uuid.uuid4().hex}.file#mode=nczarr,file"
+    nczmap.to_nczarr(dataset, url, version, encoding=encoding)
+    with xr.open_dataset(url, engine="nczmap") as got:
+        xr.testing.assert_identical(got.load(), dataset)
+
+
+def test_attribute_values_netcdf_cannot_hold_are_named(dataset, tmp_path):
+    url = f"file://{tmp_path}/out.file#mode=nczarr,file"
+    for value, message in ((2**64, "does not fit a 64-bit integer"), ([1, "a"], "no netCDF attribute value")):
+        dataset.attrs["bad"] = value
+        with pytest.raises(EncodingError, match=rf"attribute 'bad': .*{message}"):
+            nczmap.to_nczarr(dataset, url)

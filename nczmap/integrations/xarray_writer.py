@@ -181,7 +181,10 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
         self.group.attrs.set(name, self.attribute_value(name, value))
 
     def attribute_value(self, name: str, value: object) -> object:
-        value = attribute_value(value)
+        try:
+            value = attribute_value(value)
+        except EncodingError as exc:
+            raise EncodingError(f"attribute {name!r}: {exc}") from None
         if isinstance(value, list) and not self.handle.dataset.dialect.reads_strings:
             if len(value) != 1:
                 raise EncodingError(
@@ -224,7 +227,11 @@ def attribute_value(value: object) -> object:
     if isinstance(value, bool | np.bool_):
         return np.int8(value)
     if isinstance(value, int):
-        return np.int64(value)
+        if -(2**63) <= value < 2**63:
+            return np.int64(value)
+        if 0 <= value < 2**64:
+            return np.uint64(value)
+        raise EncodingError(f"{value} does not fit a 64-bit integer")
     if isinstance(value, float):
         return np.float64(value)
     if isinstance(value, np.ndarray) and value.dtype == bool:
@@ -232,7 +239,13 @@ def attribute_value(value: object) -> object:
     if isinstance(value, list | tuple):
         if value and all(isinstance(v, str) for v in value):
             return list(value)
-        return attribute_value(np.asarray(value))
+        try:
+            array = np.asarray(value)
+        except (OverflowError, ValueError) as exc:
+            raise EncodingError(f"{value!r} is no netCDF attribute value: {exc}") from None
+        if array.dtype.kind in "OUS" or array.ndim != 1:  # mixed types, nested lists
+            raise EncodingError(f"{value!r} is no netCDF attribute value (one type, one dimension)")
+        return attribute_value(array)
     return value
 
 
