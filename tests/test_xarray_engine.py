@@ -330,3 +330,13 @@ def test_attribute_values_netcdf_cannot_hold_are_named(dataset, tmp_path):
         dataset.attrs["bad"] = value
         with pytest.raises(EncodingError, match=rf"attribute 'bad': .*{message}"):
             nczmap.to_nczarr(dataset, url)
+
+
+def test_strings_longer_than_the_default_width_get_room(tmp_path):
+    dataset = xr.Dataset({"s": (("x",), np.array(["é" * 200, "b"]))})
+    url = f"file://{tmp_path}/long.file#mode=nczarr,file"
+    nczmap.to_nczarr(dataset, url)
+    with xr.open_dataset(url, engine="nczmap") as got:
+        xr.testing.assert_identical(got.load(), dataset)
+    with netCDF4.Dataset(url) as nc:  # libnetcdf reads the width nczmap declared
+        assert nc.variables["s"][0] == "é" * 200

@@ -283,7 +283,20 @@ def variable_options(name: str, variable: XVariable, fill: object, check: bool) 
         options["endian"] = encoding["endian"]
     if encoding.get("maxstrlen"):
         options["maxstrlen"] = int(encoding["maxstrlen"])
+    elif variable.dtype.kind in "OU" and variable.chunks is None:
+        longest = _longest_utf8(variable.values)
+        if longest > DEFAULT_MAXSTRLEN:  # NCZarr strings are fixed-width: widen to the longest
+            options["maxstrlen"] = longest
     return options
+
+
+DEFAULT_MAXSTRLEN = 128  # netcdf-c's _nczarr_default_maxstrlen
+
+
+def _longest_utf8(values: np.ndarray) -> int:
+    if not values.size:
+        return 0
+    return int(max(len(str(v).encode()) for v in values.ravel()))
 
 
 def _storage_chunks(name: str, variable: XVariable, encoding: dict, check: bool) -> tuple[int, ...] | None:
