@@ -594,3 +594,16 @@ def test_copy_v3_to_nczarr_and_back(tmp_path, consolidated):
     np.testing.assert_array_equal(theirs["tiles"][...], np.arange(16).reshape(4, 4))
     assert list(theirs["names"][...]) == ["a", "bb", "c", "dé"]
     np.testing.assert_array_equal(theirs["counts"][...], [1, -2, 300, -400])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_copying_long_vlen_strings_into_nczarr_widens_them(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    from nczmap.integrations.copy import copy
+
+    values = np.array(["é" * 150, "short", ""])
+    group = zarr.open_group(str(tmp_path / "v3.zarr"), mode="w", zarr_format=3)
+    group.create_array("s", shape=(3,), dtype=str, dimension_names=["x"])[:] = values
+    copy(f"file://{tmp_path}/v3.zarr#mode=zarr,file", f"file://{tmp_path}/out.file#mode=nczarr,file")
+    with nczmap.open_dataset(f"file://{tmp_path}/out.file#mode=nczarr,file") as ds:
+        assert ds.variables["s"][...].tolist() == values.tolist()

@@ -29,6 +29,9 @@ from nczmap.format.variable import ArrayLayout, Variable
 DEFAULT = object()  # "use netCDF's default fill value"
 
 
+DEFAULT_MAXSTRLEN = 128  # netcdf-c's _nczarr_default_maxstrlen: the width of NCZarr strings by default
+
+
 class UnfilteredWarning(UserWarning):
     """A variable's compression was dropped because the target netcdf-c release cannot decode it."""
 
@@ -329,7 +332,7 @@ def _storage_dtype(nctype: NCType, endian: str, maxstrlen: int | None, group: Gr
     if nctype is CHAR:
         return np.dtype("S1")
     if nctype is STRING:
-        default = group.root.attrs.get("_nczarr_default_maxstrlen", 128)
+        default = group.root.attrs.get("_nczarr_default_maxstrlen", DEFAULT_MAXSTRLEN)
         return np.dtype(f"S{int(maxstrlen or default)}")
     order = {"little": "<", "big": ">", "native": "="}.get(endian)
     if order is None:

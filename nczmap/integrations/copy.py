@@ -22,6 +22,7 @@ from nczmap.api import create_dataset, format_options, open_dataset
 from nczmap.concurrency import run_each
 from nczmap.errors import DatasetExists, NCZError, from_os_error
 from nczmap.format import Dataset, FormatOptions, Group, Variable, open_on
+from nczmap.format.writer import DEFAULT_MAXSTRLEN
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import locking, open_map
 from nczmap.zmap.file import check_replaceable
@@ -184,8 +185,8 @@ def _create_like(target: Group, name: str, variable: Variable) -> None:
         separator=layout.separator,
     )
     if variable.nctype.name == "string":
-        if not layout.vlen:  # a Zarr v3 vlen string has no width: the destination's default applies
-            options["maxstrlen"] = storage.itemsize
+        # a Zarr v3 vlen string has no width: the longest value's, if the destination's default is short
+        options["maxstrlen"] = _longest_string(variable) if layout.vlen else storage.itemsize
     elif storage.itemsize > 1 and storage.byteorder in "<>":
         options["endian"] = "big" if storage.byteorder == ">" else "little"
     dims = [dim.path for dim in variable.dims]
@@ -194,6 +195,12 @@ def _create_like(target: Group, name: str, variable: Variable) -> None:
         del created.attrs[implicit]  # the source's own attributes, _FillValue included, follow
     for attribute in variable.attrs.all_typed():
         created.attrs.set(attribute.name, attribute)
+
+
+def _longest_string(variable: Variable) -> int | None:
+    values = variable.read().ravel()
+    longest = max((len(str(v).encode()) for v in values), default=0)
+    return longest if longest > DEFAULT_MAXSTRLEN else None
 
 
 def _counterpart(target: Dataset, variable: Variable) -> Variable:

@@ -26,6 +26,7 @@ from nczmap.api import open_dataset as open_nczmap
 from nczmap.errors import EncodingError, NCZError
 from nczmap.format import Dataset, Dialect
 from nczmap.format.model import Group
+from nczmap.format.writer import DEFAULT_MAXSTRLEN
 from nczmap.integrations.handles import DatasetHandle
 from nczmap.integrations.xarray_backend import NCZmapDataStore
 from nczmap.url import ParsedURL
@@ -288,9 +289,6 @@ def variable_options(name: str, variable: XVariable, fill: object, check: bool) 
         if longest > DEFAULT_MAXSTRLEN:  # NCZarr strings are fixed-width: widen to the longest
             options["maxstrlen"] = longest
     return options
-
-
-DEFAULT_MAXSTRLEN = 128  # netcdf-c's _nczarr_default_maxstrlen
 
 
 def _longest_utf8(values: np.ndarray) -> int:
