@@ -242,9 +242,14 @@ def test_append_mode_adds_variables(dataset, tmp_path):
 
 
 def test_pure_zarr_output_opens_in_xarrays_zarr_engine(dataset, tmp_path):
-    nczmap.to_nczarr(dataset, f"file://{tmp_path}/out.zarr#mode=zarr,file")
+    dataset["labels"] = ("x", np.array(["é", "bb", "", "été"]))  # text as utf-8 char arrays
+    url = f"file://{tmp_path}/out.zarr#mode=zarr,file"
+    nczmap.to_nczarr(dataset, url)
     with xr.open_zarr(tmp_path / "out.zarr", consolidated=False) as got:
         xr.testing.assert_identical(got.load(), dataset)
+    with xr.open_dataset(url, engine="nczmap") as got:
+        assert got.attrs["names"] == '["p","q"]'  # JSON text in pure Zarr, as netcdf-c reads it
+        xr.testing.assert_identical(got.load(), dataset.assign_attrs(names='["p","q"]'))
 
 
 def test_only_datasets_and_trees_are_written(tmp_path):
@@ -306,7 +311,11 @@ def datasets(draw):
         )
         if rank and draw(st.booleans()):
             encoding[name] = {"chunksizes": tuple(draw(st.integers(1, s)) for s in shape)}
-    attrs = {"title": draw(st.text(max_size=8)), "scale": draw(st.floats(allow_nan=False))}
+    # finite: pure Zarr keeps NaN and Infinity attributes as text, as netcdf-c reads them
+    attrs = {
+        "title": draw(st.text(max_size=8)),
+        "scale": draw(st.floats(allow_nan=False, allow_infinity=False)),
+    }
     return xr.Dataset(variables, attrs=attrs), encoding
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from xarray import Dataset as XDataset
@@ -26,14 +27,36 @@ from nczmap._lazy import numpy as np
 from nczmap.api import open_dataset as open_nczmap
 from nczmap.errors import URLError
 from nczmap.format import Dataset, open_on
+from nczmap.format.dialects import Dialect
 from nczmap.format.model import Group
-from nczmap.format.types import STRING
+from nczmap.format.types import CHAR, STRING, ParsedDtype
 from nczmap.format.variable import Variable as NCVariable
 from nczmap.integrations.handles import DatasetHandle, find_group
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import ZMap
 
 Source = str | os.PathLike | ParsedURL | ZMap | Dataset
+
+
+def as_xarray_sees_it(variable: NCVariable) -> NCVariable:
+    """The variable, except that text xarray wrote to pure Zarr as a char array (bytes with an
+    ``_Encoding``) reads as that char array: netcdf-c reads ``|S1`` there as one-character strings, which
+    would split multi-byte characters and leave xarray strings where it expects bytes to decode."""
+    layout = variable.layout
+    root = variable.group.root
+    if (
+        getattr(root, "dialect", None) is not Dialect.PURE_ZARR
+        or variable.nctype is not STRING
+        or layout.vlen
+        or layout.dtype.storage.itemsize != 1
+        or "_Encoding" not in variable.attrs
+    ):
+        return variable
+    char = NCVariable(
+        variable.group, variable.name, variable.dims, replace(layout, dtype=ParsedDtype(CHAR, "S1", False))
+    )
+    char.attrs = variable.attrs
+    return char
 
 
 class NCZmapArray(BackendArray):
@@ -49,7 +72,7 @@ class NCZmapArray(BackendArray):
         return indexing.explicit_indexing_adapter(key, self.shape, indexing.IndexingSupport.OUTER, self._read)
 
     def _read(self, key: tuple) -> np.ndarray:
-        return self.handle.variable(self.path).read(key)
+        return as_xarray_sees_it(self.handle.variable(self.path)).read(key)
 
 
 class NCZmapDataStore(AbstractDataStore):
@@ -68,6 +91,7 @@ class NCZmapDataStore(AbstractDataStore):
         return FrozenDict((name, self._variable(v)) for name, v in self.group.variables.items())
 
     def _variable(self, variable: NCVariable) -> Variable:
+        variable = as_xarray_sees_it(variable)
         data = indexing.LazilyIndexedArray(NCZmapArray(self.handle, variable))
         return Variable(variable.dimensions, data, attributes_of(variable), self._encoding(variable))
 

@@ -302,6 +302,8 @@ def _storage_chunks(name: str, variable: XVariable, encoding: dict, check: bool)
     asked = encoding.get("chunksizes") or encoding.get("chunks")
     if isinstance(asked, Mapping):
         asked = tuple(asked.get(dim, size) for dim, size in zip(variable.dims, variable.shape, strict=True))
+    if asked and len(asked) == variable.ndim - 1 and variable.dtype == "S1":
+        asked = (*asked, variable.shape[-1])  # text made a char array: its new character dimension whole
     dask_chunks = variable.chunks if variable.chunks is not None else None
     if not variable.dims:
         return None
