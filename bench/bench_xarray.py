@@ -56,6 +56,16 @@ def build_wide(path: Path, count: int) -> str:
     return url
 
 
+def same_values(url: str, path: Path) -> None:
+    """Both ways read the same numbers (so the timings compare like with like)."""
+    with xr.open_dataset(url, engine="nczmap", chunks={}) as ours:
+        mine = float(ours.v.data.sum().compute())
+    with xr.open_zarr(zarr.storage.LocalStore(path, read_only=True), consolidated=False, chunks={}) as theirs:
+        peer = float(theirs.v.data.sum().compute())
+    if mine != peer:
+        raise SystemExit(f"the engine's sum {mine} differs from xr.open_zarr's {peer}")
+
+
 def read_engine(url: str) -> float:
     start = time.perf_counter()
     with xr.open_dataset(url, engine="nczmap", chunks={}) as ds:
@@ -113,6 +123,7 @@ def main() -> None:
         big = Path(tmp, "big.file")
         url = build_big(big, args.gib)
         size = big.stat().st_size if big.is_file() else sum(p.stat().st_size for p in big.rglob("*"))
+        same_values(url, big)
         ours, theirs = side_by_side("read", lambda: read_engine(url), lambda: read_zarr(big), args.rounds)
         print(f"1. read {size / 2**30:.2f} GiB with dask (threads), median of {args.rounds}:")
         print(f"   engine nczmap       {size / ours / 2**30:6.2f} GiB/s  ({ours:.3f} s)")
