@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from _fixtures import FIXTURES
 
 from nczmap.format.dialects import Dialect
@@ -152,14 +153,11 @@ class Stores:
                 nczmap_copy(source, url, netcdf_version=kind.netcdf_version)
 
 
-_SHARED: dict[str, Stores] = {}
-
-
-def shared_stores(tmp_path_factory) -> Stores:
-    """One :class:`Stores` for the whole session: every test module reading the corpus reuses its stores."""
-    if "stores" not in _SHARED:
-        _SHARED["stores"] = Stores(tmp_path_factory.mktemp("xarray_engine"))
-    return _SHARED["stores"]
+# The marks of every test module reading the corpus.
+CORPUS_MARKS = [
+    pytest.mark.skipif(NCGEN is None, reason="netcdf-c ncgen not on PATH"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),  # nczmap's warnings about old releases' limits
+]
 
 
 def open_oracle(stores: Stores, case: str, group: str | None = None, **options):

@@ -26,6 +26,7 @@ import pytest
 from _engine_corpus import (
     CANNOT_WRITE,
     CORPUS,
+    CORPUS_MARKS,
     KINDS,
     NCGEN,
     NO_ORACLE,
@@ -34,7 +35,6 @@ from _engine_corpus import (
     group_paths,
     has_groups,
     run,
-    shared_stores,
     url_of,
 )
 from _fixtures import FIXTURES
@@ -45,15 +45,7 @@ pytest.importorskip("netCDF4")
 from nczmap.api import open_dataset as open_nczmap  # noqa: E402
 from nczmap.integrations.copy import copy as nczmap_copy  # noqa: E402
 
-pytestmark = [
-    pytest.mark.skipif(NCGEN is None, reason="netcdf-c ncgen not on PATH"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),  # nczmap's warnings about old releases' limits
-]
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Stores:
-    return shared_stores(tmp_path_factory)
+pytestmark = CORPUS_MARKS
 
 
 # ------------------------------------------------------------------------------------------ differences

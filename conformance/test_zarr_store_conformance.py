@@ -26,15 +26,14 @@ from _engine_corpus import (
     CANNOT_WRITE,
     COPY_FROM_D3,
     CORPUS,
+    CORPUS_MARKS,
     KINDS,
-    NCGEN,
     NO_ORACLE,
     Kind,
     Stores,
     group_paths,
     has_groups,
     open_oracle,
-    shared_stores,
 )
 
 xr = pytest.importorskip("xarray")
@@ -57,15 +56,7 @@ from test_engine_conformance import (  # noqa: E402
 
 import nczmap  # noqa: E402
 
-pytestmark = [
-    pytest.mark.skipif(NCGEN is None, reason="netcdf-c ncgen not on PATH"),
-    pytest.mark.filterwarnings("ignore::UserWarning"),  # nczmap's warnings about old releases' limits
-]
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Stores:
-    return shared_stores(tmp_path_factory)
+pytestmark = CORPUS_MARKS
 
 
 # ------------------------------------------------------------------------------------------ differences
