@@ -333,11 +333,33 @@ def test_s3_store_reads_like_netcdf4(tmp_path, s3_server):
     assert_same_data(ZarrStore(url), source)
 
 
-def test_pure_zarr_is_passed_through(tmp_path):
+def test_other_writers_pure_zarr_is_passed_through(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    group = zarr.open_group(str(tmp_path / "ds.zarr"), mode="w", zarr_format=2)
+    group.create_array("v", shape=(2,), dtype="<i4", attributes={"units": "m"})[:] = [1, 2]
+    store = ZarrStore(f"file://{tmp_path}/ds.zarr#mode=zarr,file")
+    assert get_bytes(store, "v/.zattrs") == (tmp_path / "ds.zarr" / "v" / ".zattrs").read_bytes()
+
+
+def test_netcdf_c_pure_zarr_without_dimension_names_gets_the_readers(tmp_path):
+    """netcdf-c's pure Zarr (its _NCProperties says so) without _ARRAY_DIMENSIONS (mode=noxarray, or
+    4.9.0's subgroups) gets the names nczmap's reader gives, as its engine shows them."""
     url = f"file://{tmp_path}/ds.file#mode=zarr,noxarray,file"
     write_nczmap(url, None, scalar=False)
-    store = ZarrStore(url)
-    assert get_bytes(store, "v/.zattrs") == (tmp_path / "ds.file" / "v" / ".zattrs").read_bytes()
+    stored = json.loads((tmp_path / "ds.file" / "v" / ".zattrs").read_bytes())
+    assert "_ARRAY_DIMENSIONS" not in stored
+    presented = json.loads(get_bytes(ZarrStore(url), "v/.zattrs"))
+    with nczmap.open_dataset(url) as ds:
+        assert presented == {**stored, "_ARRAY_DIMENSIONS": list(ds.variables["v"].dimensions)}
+
+
+def test_lenient_json_netcdf_c_wrote_is_shown_strict():
+    zmap = MemoryMap("w")
+    zmap.write("/.zgroup", b'{"zarr_format": 2}')
+    zmap.write("/.zattrs", b'{"raw": "x' + b"\t" + b'y", "n": 1.}')  # a raw tab (bug 21), "1." (bug 20)
+    with pytest.raises(ValueError):
+        json.loads(zmap.read("/.zattrs"))
+    assert json.loads(get_bytes(ZarrStore(zmap), ".zattrs")) == {"raw": "x\ty", "n": 1.0}
 
 
 # ------------------------------------------------------------------------- real netcdf-c

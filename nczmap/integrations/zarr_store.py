@@ -86,6 +86,9 @@ class _Presentation:
             elif parent_and_name(key)[1] == ".zarray":
                 nczarr = join(parent_and_name(key)[0], ".zattrs") in self.dimensions
                 self.contents[key] = _portable_zarray(zmap, key, _stored(zmap, key), nczarr)
+            elif parent_and_name(key)[1] in (".zattrs", ".zgroup"):
+                stored = _stored(zmap, key)  # kept as read: zarr asks for it right after
+                self.contents[key] = _strict_json(stored) or stored
             else:
                 return None
         return self.contents[key]
@@ -119,13 +122,33 @@ def _stored(zmap: ZMap, key: str) -> bytes | None:
 
 
 def _json_object(data: bytes | None) -> dict | None:
+    """A JSON object as nczmap reads it: strict JSON, else netcdf-c's lenient grammar (bugs 20, 21)."""
     if data is None:
         return None
+    from nczmap.format.jsonutil import loads
+
     try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
+        value = loads(data)
+    except NCZError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _is_strict_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
+
+
+def _strict_json(stored: bytes | None) -> bytes | None:
+    """Metadata netcdf-c wrote as JSON zarr-python refuses (raw control characters in strings, numbers
+    such as ``0.``), as the strict JSON of what nczmap reads; None when it is strict (or absent)."""
+    if stored is None or _is_strict_json(stored):
+        return None
+    document = _json_object(stored)
+    return None if document is None else json.dumps(document).encode()
 
 
 def _with_dimensions(stored: bytes | None, names: list[str]) -> bytes:
@@ -140,7 +163,7 @@ def _with_dimensions(stored: bytes | None, names: list[str]) -> bytes:
     if attrs is None:
         return stored  # not ours to rewrite: zarr reports what is wrong with it
     if _names_dimensions(attrs.get("_ARRAY_DIMENSIONS"), len(names)):
-        return stored
+        return stored if _is_strict_json(stored) else json.dumps(attrs).encode()
     return json.dumps({**attrs, "_ARRAY_DIMENSIONS": names}).encode()
 
 
@@ -215,30 +238,34 @@ def _names_dimensions(value: object, rank: int) -> bool:
     return isinstance(value, list) and len(value) == rank and all(isinstance(name, str) for name in value)
 
 
-def _has_nczarr_superblock(zmap: ZMap) -> bool:
-    """The root says NCZarr: 4.8.0's ``/.nczarr``, or an ``_nczarr``/``_NCZARR`` key in ``/.zgroup`` (4.8.1-
-    4.9.2) or ``/.zattrs`` (4.9.3 and later). Two or three small reads, instead of the whole model."""
+def _written_by_netcdf_c(zmap: ZMap) -> bool:
+    """The root says NCZarr (4.8.0's ``/.nczarr``, or an ``_nczarr``/``_NCZARR`` key in ``/.zgroup``,
+    4.8.1-4.9.2, or ``/.zattrs``, 4.9.3 and later) or names netcdf-c in ``_NCProperties`` (its pure Zarr,
+    which may lack ``_ARRAY_DIMENSIONS``). Two or three small reads, instead of the whole model."""
     if zmap.exists("/.nczarr"):
         return True
     for key in ("/.zgroup", "/.zattrs"):
         document = _json_object(_stored(zmap, key))
-        if document is not None and any(name.lower().startswith("_nczarr") for name in document):
+        if document is not None and any(
+            name.lower().startswith(("_nczarr", "_ncproperties")) for name in document
+        ):
             return True
     return False
 
 
 def _presentation_of(zmap: ZMap) -> _Presentation:
-    """Read the store's netCDF model; an NCZarr store gets its dimension names presented."""
+    """Read the store's netCDF model; a store netcdf-c wrote gets its dimension names presented."""
     from nczmap.format.dataset import FormatOptions
+    from nczmap.format.dialects import Dialect
     from nczmap.format.reader import read_dataset
 
-    if not _has_nczarr_superblock(zmap):  # pure Zarr (or nothing): shown as stored, no model to read
+    if not _written_by_netcdf_c(zmap):  # other writers' Zarr (or nothing): shown as stored, no model read
         return _Presentation({}, set())
     try:
         dataset = read_dataset(zmap, FormatOptions())
     except NCZError:  # empty, not NCZarr, or metadata nczmap cannot read: zarr sees the store as it is
         return _Presentation({}, set())
-    if not dataset.dialect.is_nczarr:
+    if dataset.dialect is not Dialect.PURE_ZARR and not dataset.dialect.is_nczarr:
         return _Presentation({}, set())
     dimensions: dict[str, list[str]] = {}
     groups: set[str] = set()
