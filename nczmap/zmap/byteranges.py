@@ -59,8 +59,8 @@ def read_range(fd: int, start: int, count: int | None) -> bytes:
         first = os.pread(fd, FIRST_READ_BYTES, start)
         if len(first) < FIRST_READ_BYTES:
             return first
-        start += len(first)
-        return first + read_range(fd, start, max(0, os.fstat(fd).st_size - start))
+        # a big object: read it whole in one piece (gluing the first part on would copy it all again)
+        return read_range(fd, start, max(0, os.fstat(fd).st_size - start))
     parts, wanted = [], count
     while wanted:
         part = os.pread(fd, wanted, start + count - wanted)
