@@ -92,6 +92,18 @@ SEARCH_KEYS = ("/.zgroup", "/z/.zarray", "/é/.zarray", "/a/b/.zarray", "/a/b/0.
 WALK_KEYS = ("/v/0.0", "/.zgroup", "/v/.zarray", "/a/b/c")
 
 
+def assert_no_content(zmap: ZMap, key: str) -> None:
+    """``key`` names nothing with content: ``exists`` says so, ``len``/``read``/``read_into`` raise
+    :class:`EmptyError` (netcdf-c's NC_EEMPTY)."""
+    assert not zmap.exists(key)
+    with pytest.raises(EmptyError):
+        zmap.len(key)
+    with pytest.raises(EmptyError):
+        zmap.read(key)
+    with pytest.raises(EmptyError):
+        zmap.read_into(key, memoryview(bytearray(4)))
+
+
 class _Contract:
     """What both halves share: closing the maps a test opened, listability, known violations."""
 
@@ -223,13 +235,7 @@ class ReadContract(_Contract):
     @pytest.mark.parametrize("key", EMPTY_KEYS)
     def test_keys_without_content(self, key: str) -> None:
         zmap = self.seeded({"/g/v/.zarray": b"{}"})
-        assert not zmap.exists(key)
-        with pytest.raises(EmptyError):
-            zmap.len(key)
-        with pytest.raises(EmptyError):
-            zmap.read(key)
-        with pytest.raises(EmptyError):
-            zmap.read_into(key, memoryview(bytearray(4)))
+        assert_no_content(zmap, key)
 
     @pytest.mark.parametrize("key", EMPTY_KEYS)
     def test_byte_ranges_of_keys_without_content(self, key: str) -> None:
@@ -473,13 +479,7 @@ class WriteContract(_Contract):
     def test_keys_without_content_in_the_writing_session(self, key: str) -> None:
         zmap = self.writable()
         zmap.write("/g/v/.zarray", b"{}")
-        assert not zmap.exists(key)
-        with pytest.raises(EmptyError):
-            zmap.len(key)
-        with pytest.raises(EmptyError):
-            zmap.read(key)
-        with pytest.raises(EmptyError):
-            zmap.read_into(key, memoryview(bytearray(4)))
+        assert_no_content(zmap, key)
 
     def test_search_and_walk_in_the_writing_session(self) -> None:
         zmap = self.writable()
