@@ -13,10 +13,11 @@ from __future__ import annotations
 import ctypes
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import netCDF4
 import numpy as np
+
+from nczmap.integrations.netcdf4 import libnetcdf
 
 TYPE_NAMES = {
     1: "byte",
@@ -53,11 +54,10 @@ NC_GLOBAL = -1
 
 def _libnetcdf() -> ctypes.CDLL:
     """The libnetcdf netCDF4-python is linked with (dlopen of the same file returns the same handle)."""
-    site = Path(netCDF4.__file__).resolve().parent.parent
-    found = sorted(site.glob("netCDF4.libs/libnetcdf*")) + sorted(site.glob("netcdf4.libs/libnetcdf*"))
-    if not found:
-        raise RuntimeError(f"cannot find the libnetcdf bundled with netCDF4-python under {site}")
-    return ctypes.CDLL(str(found[0]))
+    found = libnetcdf()
+    if found is None:
+        raise RuntimeError("cannot load the libnetcdf netCDF4-python runs on")
+    return found
 
 
 LIB = _libnetcdf()

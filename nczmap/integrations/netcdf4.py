@@ -101,7 +101,7 @@ def _load_group(source, group: Group, by_id: dict[int, Dimension]) -> None:
 
 
 @functools.cache
-def _libnetcdf() -> ctypes.CDLL | None:
+def libnetcdf() -> ctypes.CDLL | None:
     """The libnetcdf netCDF4-python runs on (the wheel's own copy, or the system's), or None."""
     import netCDF4
 
@@ -117,7 +117,7 @@ def _libnetcdf() -> ctypes.CDLL | None:
 def _dimensions_of(group: Group, source, by_id: dict[int, Dimension]) -> list[Dimension]:
     """A variable's dimensions by their ids, as libnetcdf knows them: netCDF4-python's ``get_dims`` looks
     them up by name from the variable's group, so a shadowing dimension (``/g/y`` over ``/y``) wins."""
-    lib = _libnetcdf()
+    lib = libnetcdf()
     ids = (ctypes.c_int * source.ndim)()
     found = lib is not None and lib.nc_inq_vardimid(source._grpid, source._varid, ids) == 0
     if found and all(i in by_id for i in ids):
