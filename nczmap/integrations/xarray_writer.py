@@ -186,14 +186,7 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
             value = attribute_value(value)
         except EncodingError as exc:
             raise EncodingError(f"attribute {name!r}: {exc}") from None
-        if isinstance(value, list) and not self.handle.dataset.dialect.reads_strings:
-            if len(value) != 1:
-                raise EncodingError(
-                    f"attribute {name!r}: netcdf-c before 4.9.1 cannot read string attributes such as "
-                    f"{value!r}: join them into one str, or write for a later release"
-                )
-            return value[0]
-        return value
+        return value  # string attributes for releases that cannot read them: the dataset writer decides
 
     def prepare_variable(
         self, name: str, variable: XVariable, check_encoding: bool = False, unlimited_dims=None
