@@ -18,6 +18,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# Python 3.12 or later: current zarr, VirtualiZarr and Icechunk need it (.python-version picks pyenv's).
 python=${PYTHON:-python3}
+newer() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; }
+if ! newer "$python"; then
+  for candidate in python3.12 python3.13 "$HOME/.pyenv/versions/3.12.1/bin/python"; do
+    if command -v "$candidate" >/dev/null 2>&1 && newer "$candidate"; then python=$candidate; break; fi
+  done
+fi
+newer "$python" || { echo "setup: nczmap's tests need Python 3.12 or later (found $("$python" -V 2>&1))" >&2; exit 1; }
+if [ -x .venv/bin/python ] && ! newer .venv/bin/python; then rm -rf .venv; fi  # an older Python's venv
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'

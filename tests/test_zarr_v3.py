@@ -423,7 +423,8 @@ def test_nczmap_v3_opens_in_zarr_python(tmp_path, consolidated):
     assert temp.metadata.dimension_names == ("time", "x") and temp.attrs["units"] == "K"
     np.testing.assert_array_equal(temp[...], np.arange(12, dtype="f4").reshape(3, 4))
     assert group["big"].dtype == np.dtype("i4") and group["big"][...].tolist() == [1, -2, 3, -4]
-    assert group["big"].metadata.codecs[0].endian.value == "big"
+    endian = group["big"].metadata.codecs[0].endian
+    assert getattr(endian, "value", endian) == "big"  # an enum before zarr 3.4, a str since
     assert group["packed"][...].tolist() == [10, 20, 7, 7]
     assert group["shuffled"][...].tolist() == [0.5, 1, 2, 4]
     assert list(group["name"][...]) == ["a", "bb", "ccc", "ünï"]

@@ -192,12 +192,26 @@ def _escape(text: str) -> str:
     return "".join(out)
 
 
+MAX_TEXT_DEPTH = 200  # JSON nested deeper is refused, whatever this Python's recursion limit allows
+
+
 def netcdf_text(value: object) -> str:
     """Serialise a parsed value the way netcdf-c prints JSON text: ``{"k": v, ...}``, ``[a,b]``."""
-    try:
-        return _text(value)
-    except RecursionError:
-        raise FormatError("a JSON value is nested too deeply to be shown as text") from None
+    if _depth_exceeds(value, MAX_TEXT_DEPTH):
+        raise FormatError(f"a JSON value is nested too deeply to be shown as text (over {MAX_TEXT_DEPTH})")
+    return _text(value)
+
+
+def _depth_exceeds(value: object, limit: int) -> bool:
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return False
 
 
 def _text(value: object) -> str:
