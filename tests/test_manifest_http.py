@@ -3,10 +3,13 @@ ever contacted): granted prefixes only, every spelling canonical, few requests, 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
 import threading
+import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -30,6 +33,14 @@ class Server:
         self.files: dict[str, bytes] = {}
         self.short: set[str] = set()  # paths whose bodies stop early (Content-Length promises more)
         self.required: tuple[str, str] | None = None  # a header every request must carry (else 401)
+        self.redirects: dict[str, tuple[int, str]] = {}  # path -> (3xx status, Location)
+        self.redirect_methods = ("HEAD", "GET")  # the methods redirected
+        self.ignore_range = False  # answer a range request with 200 and the whole file
+        self.claimed_length: int | None = None  # a Content-Length sent whatever the body is
+        self.extra = b""  # bytes after the body of a GET, sent without a Content-Length
+        self.delay = 0.0  # seconds of silence before each answer
+        self.failures: list[int] = []  # statuses answered (one each, in order) before anything else
+        self.more_headers: dict[str, str] = {}  # sent with every answer holding a file
         self.requests: list[tuple[str, str, str | None, dict[str, str]]] = []
         self.lock = threading.Lock()
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -66,14 +77,23 @@ def _handler(server: Server):
                 server.requests.append(
                     (self.command, self.path, self.headers.get("Range"), dict(self.headers))
                 )
+            if server.delay:
+                time.sleep(server.delay)
+            with server.lock:
+                failure = server.failures.pop(0) if server.failures else None
+            if failure:
+                return self._empty(failure)
             if server.required and self.headers.get(server.required[0]) != server.required[1]:
                 return self._empty(401)
+            if self.path in server.redirects and self.command in server.redirect_methods:
+                status, location = server.redirects[self.path]
+                return self._empty(status, {"Location": location})
             data = server.files.get(self.path)
             if data is None:
                 return self._empty(404)
             etag = '"' + hashlib.sha256(data).hexdigest()[:16] + '"'
             wanted = self.headers.get("Range")
-            if wanted is None:
+            if wanted is None or server.ignore_range:
                 status, part, extra = 200, data, {}
             else:
                 first, _, last = wanted.removeprefix("bytes=").partition("-")
@@ -83,14 +103,19 @@ def _handler(server: Server):
                 status, part = 206, data[start : end + 1]
                 extra = {"Content-Range": f"bytes {start}-{end}/{len(data)}"}
             self.send_response(status)
-            for name, value in {"Content-Length": str(len(part)), "ETag": etag, **extra}.items():
+            claimed, extra_bytes = (server.claimed_length, server.extra) if body else (None, b"")
+            length = {} if extra_bytes else {"Content-Length": str(claimed or len(part))}
+            for name, value in {**length, "ETag": etag, **extra, **server.more_headers}.items():
                 self.send_header(name, value)
             self.end_headers()
+            if extra_bytes or claimed:
+                self.close_connection = True
             if body:
                 if self.path in server.short:
                     part = part[: len(part) // 2]
                     self.close_connection = True
-                self.wfile.write(part)
+                with contextlib.suppress(ConnectionError):  # a client refusing the answer hangs up
+                    self.wfile.write(part + extra_bytes)
 
         def _empty(self, status: int, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
@@ -101,11 +126,9 @@ def _handler(server: Server):
     return Handler
 
 
-@pytest.fixture
-def server(monkeypatch):
-    for name in PROXY_VARIABLES:  # the client would send everything to a proxy named there
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "*")
+@contextlib.contextmanager
+def serving() -> Iterator[Server]:
+    """A running server holding ``/data/data.bin`` (the test array) and ``/secret/data.bin``."""
     running = Server()
     running.files["/data/data.bin"] = VALUES.tobytes()
     running.files["/secret/data.bin"] = b"secret" * 1000
@@ -116,6 +139,15 @@ def server(monkeypatch):
         running.httpd.shutdown()
         running.httpd.server_close()
         running.thread.join(5)
+
+
+@pytest.fixture
+def server(monkeypatch):
+    for name in PROXY_VARIABLES:  # a client honouring them would send everything to a proxy named there
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "*")
+    with serving() as running:
+        yield running
 
 
 # ---------------------------------------------------------------------------------------------- manifests

@@ -16,10 +16,11 @@ outright, granted or not: a user name or password in the URL (credentials never 
 query string or fragment (no stable identity, and the usual carrier of signed credentials and open
 redirects), a non-ASCII host (write it in punycode), segments that could be read differently by
 a server (a ``\\``, a ``%`` left after decoding, which a double-decoding server would decode again,
-control characters, ``..;``, invalid UTF-8), and link-local or cloud metadata addresses (``169.254.0.0/16``,
-``fe80::/10``, ``fd00:ec2::254``, ``metadata.google.internal``) in any spelling: no dataset lives there,
-and an error message's suggested grant must never open them. A host *name* is not resolved, so one that
-resolves to such an address is not caught here.
+control characters, ``..;``, invalid UTF-8), and link-local or cloud metadata hosts (:data:`METADATA_HOSTS`,
+:data:`METADATA_ADDRESSES`) in any spelling, including IPv6 addresses that embed such an IPv4 address
+(IPv4-mapped, IPv4-compatible, NAT64, 6to4): no dataset lives there, and an error message's suggested grant
+must never open them. A host *name* is not resolved, so one that resolves to such an address is not caught
+here. The HTTP reader (``nczmap.zmap.http``) follows no redirect, so a granted server cannot point there.
 """
 
 from __future__ import annotations
@@ -37,9 +38,26 @@ from nczmap.errors import AccessDenied
 SCHEMES = ("file", "s3", "http", "https")
 HTTP_PORTS = {"http": 80, "https": 443}
 PATH_SAFE = "!$&'()*+,;=:@"  # RFC 3986 sub-delims, ":" and "@": kept as they are in a canonical path
-METADATA_HOSTS = ("metadata.google.internal",)
-METADATA_ADDRESSES = (ipaddress.ip_network("169.254.0.0/16"), ipaddress.ip_network("fe80::/10"))
-METADATA_ADDRESSES += (ipaddress.ip_network("fd00:ec2::254/128"),)
+# Cloud metadata services (they hand out the machine's credentials) and link-local addresses: refused under
+# every grant. The one list of them; IPv6 addresses are also compared as the IPv4 address they embed.
+METADATA_HOSTS = (
+    "metadata.google.internal",  # Google Cloud
+    "metadata.goog",  # Google Cloud, the same server
+    "metadata",  # Google Cloud, through the resolver's search domain
+)
+METADATA_ADDRESSES = tuple(
+    ipaddress.ip_network(network)
+    for network in (
+        "169.254.0.0/16",  # IPv4 link-local: 169.254.169.254 (AWS, Azure, Google, Oracle, OpenStack...)
+        "fe80::/10",  # IPv6 link-local
+        "fd00:ec2::254/128",  # AWS over IPv6
+        "100.100.100.200/32",  # Alibaba Cloud
+        "168.63.129.16/32",  # Azure's platform endpoint (WireServer)
+    )
+)
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # ::a.b.c.d (deprecated, still routed by some stacks)
+NAT64_WELL_KNOWN = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the IPv4 address in the last 32 bits
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: any RFC 6052 prefix length within it
 _HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*")
 _IPV4_PART = re.compile(r"0[xX][0-9a-fA-F]*|[0-9]+")
 
@@ -51,17 +69,31 @@ class Container:
 
     prefix: str
     options: Mapping[str, object] = field(default_factory=dict)
+    # a local prefix as it was spelled (``.``/``..`` resolved, links not): references spelled through the
+    # same links match it too
+    spelling: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        spelling = normalize(self.prefix, None, directory=True, links=False)
         object.__setattr__(self, "prefix", normalize(self.prefix, None, directory=True))
+        object.__setattr__(self, "spelling", spelling)
+
+    def relative(self, url: str) -> str | None:
+        """The part of a normalised ``url`` below this container (None when it is not below it)."""
+        for prefix in (self.prefix, self.spelling):
+            if url.startswith(prefix):
+                return url[len(prefix) :]
+        return None
 
 
-def normalize(url: str, base: str | None, directory: bool = False) -> str:
+def normalize(url: str, base: str | None, directory: bool = False, links: bool = True) -> str:
     """The canonical spelling of ``url``: ``file:///real/path`` (links resolved), ``s3://bucket/key`` or
     ``http(s)://host[:port]/path``.
 
     A path without a scheme is local; relative ones are taken from ``base`` (the manifest's directory URL).
-    ``directory`` keeps a trailing ``/`` (container prefixes). Raises AccessDenied for anything unusable.
+    ``directory`` keeps a trailing ``/`` (container prefixes); ``links=False`` leaves symbolic links of a
+    local path unresolved (``.`` and ``..`` are still resolved, as text). Raises AccessDenied for anything
+    unusable.
     """
     raw = url.strip()
     raw_scheme, raw_sep, raw_rest = raw.partition("://")
@@ -77,7 +109,7 @@ def normalize(url: str, base: str | None, directory: bool = False) -> str:
         elif text.startswith("/"):
             scheme, rest = "file", text
         elif base is not None:
-            return normalize(base.rstrip("/") + "/" + text, None, directory)
+            return normalize(base.rstrip("/") + "/" + text, None, directory, links)
         else:
             raise AccessDenied(f"reference {url!r} is relative, and no manifest location resolves it")
     scheme = scheme.lower()
@@ -87,7 +119,10 @@ def normalize(url: str, base: str | None, directory: bool = False) -> str:
             if host.lower() != "localhost":
                 raise AccessDenied(f"reference {url!r}: file URLs of other hosts cannot be read")
             rest = "/" + tail
-        real = os.path.realpath(os.path.normpath(rest))
+        if "\x00" in rest:
+            raise AccessDenied(f"reference {url!r} holds a NUL character")
+        path = os.path.normpath("/" + rest.lstrip("/"))
+        real = os.path.realpath(path) if links else path
         return "file://" + real.rstrip("/") + ("/" if directory else "")
     if scheme == "s3":
         bucket, _, key = rest.partition("/")
@@ -181,14 +216,45 @@ def _host_port(scheme: str, authority: str, url: str) -> tuple[str, int]:
         port = int(port_text)
     else:
         raise AccessDenied(f"reference {url!r} has a bad port {port_text!r}")
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if host in METADATA_HOSTS or (address is not None and any(address in n for n in METADATA_ADDRESSES)):
+    metadata = _metadata(host, address)
+    if metadata is not None:
+        shown = host if metadata == host else f"{host} ({metadata})"
         raise AccessDenied(
-            f"reference {url!r}: {host} is a link-local (cloud metadata) address, never read under any "
+            f"reference {url!r}: {shown} is a link-local or cloud metadata address, never read under any "
             "scheme or grant"
         )
     return host, port
+
+
+def _metadata(host: str, address: ipaddress.IPv4Address | ipaddress.IPv6Address | None) -> str | None:
+    """The metadata host or address ``host`` is or stands for; None for an ordinary host."""
+    if host in METADATA_HOSTS:
+        return host
+    candidates = [] if address is None else [address]
+    if isinstance(address, ipaddress.IPv6Address):
+        candidates += _embedded_ipv4(address)
+    for candidate in candidates:
+        if any(candidate in network for network in METADATA_ADDRESSES):
+            return host if candidate is address else str(candidate)
+    return None
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address stands for: IPv4-mapped ``::ffff:a.b.c.d``, IPv4-compatible
+    ``::a.b.c.d`` (not ``::`` or ``::1``), NAT64 ``64:ff9b::a.b.c.d`` (under ``64:ff9b:1::/48`` every
+    position RFC 6052 allows) and 6to4 ``2002:aabb:ccdd::``."""
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address.sixtofour is not None:
+        return [address.sixtofour]
+    last = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address in NAT64_WELL_KNOWN or (address in IPV4_COMPATIBLE and int(address) > 1):
+        return [last]
+    if address in NAT64_LOCAL:
+        octets = address.packed  # RFC 6052 skips bits 64-71 (always zero)
+        positions = [(octets[bits // 8 : 8] + octets[9:])[:4] for bits in (48, 56, 64)]
+        return [*map(ipaddress.IPv4Address, positions), last]
+    return []
 
 
 def _ipv4(name: str, url: str) -> ipaddress.IPv4Address | None:
@@ -218,24 +284,48 @@ def _ipv4(name: str, url: str) -> ipaddress.IPv4Address | None:
 
 def containing(url: str, containers: Iterable[Container]) -> Container | None:
     """The container holding the normalised ``url`` (the longest prefix), if any."""
-    best = None
+    found = _containing(url, containers)
+    return found[0] if found else None
+
+
+def _containing(url: str, containers: Iterable[Container]) -> tuple[Container, str] | None:
+    best: tuple[Container, str] | None = None
     for container in containers:
-        if url.startswith(container.prefix) and (best is None or len(container.prefix) > len(best.prefix)):
-            best = container
+        relative = container.relative(url)
+        if relative is not None and (best is None or len(relative) < len(best[1])):
+            best = container, relative
     return best
 
 
-def authorize(url: str, base: str | None, containers: Iterable[Container], key: str) -> tuple[str, Container]:
-    """The normalised ``url`` and its container; AccessDenied naming the reference and the missing grant."""
-    real = normalize(url, base)
-    container = containing(real, containers)
-    if container is None:
-        grant = real.rsplit("/", 1)[0] + "/"
+def locate(
+    url: str, base: str | None, containers: Iterable[Container], key: str
+) -> tuple[str, Container, str]:
+    """Where a reference points: its canonical URL, its container and the path below the container.
+
+    A local path is matched as spelled (``.``/``..`` resolved as text) and, failing that, with its links
+    resolved; either way the reader opens the relative part from the container's directory, never the
+    path itself (:class:`nczmap.zmap.beneath.Beneath`), so a link swapped in later cannot lead out.
+    AccessDenied names the reference and the grant it would need.
+    """
+    spelled = normalize(url, base, links=False)
+    found = _containing(spelled, containers)
+    if found is None and spelled.startswith("file://"):
+        spelled = normalize(url, base)
+        found = _containing(spelled, containers)
+    if found is None:
+        grant = spelled.rsplit("/", 1)[0] + "/"
         raise AccessDenied(
-            f"key {key!r} refers to {url!r} ({real}), which is outside every authorised container: "
+            f"key {key!r} refers to {url!r} ({spelled}), which is outside every authorised container: "
             f"grant it with containers=[{grant!r}] (Python) or --allow {grant} (command line)"
         )
-    return real, container
+    container, relative = found
+    return container.prefix + relative, container, relative
+
+
+def authorize(url: str, base: str | None, containers: Iterable[Container], key: str) -> tuple[str, Container]:
+    """The canonical ``url`` and its container; AccessDenied naming the reference and the missing grant."""
+    canonical, container, _ = locate(url, base, containers, key)
+    return canonical, container
 
 
 def as_containers(grants: object) -> list[Container]:

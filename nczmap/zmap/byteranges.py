@@ -1,11 +1,12 @@
 """Reading byte ranges of one object: a local file (positional reads) or an object in an obstore store.
 
 Every driver reads through here: the file driver (a file per key), the zip driver (members at offsets of
-the archive), the s3 driver (GETs and range GETs), and the manifest driver (ranges of other files, of
-objects and of HTTP(S) URLs). Reads come as batches (:func:`read_file_ranges`, :func:`get_object_ranges`)
-so that neighbouring ranges can be merged into one read (:func:`merge_ranges`) and split back;
-single-range functions are the fast path for a batch of one. The S3 and HTTP store set-up lives here too,
-so anything that reads S3 objects gets the same credentials, timeouts and error codes.
+the archive), the s3 driver (GETs and range GETs), and the manifest driver (ranges of other files and of
+S3 objects; HTTP(S) URLs go through ``nczmap.zmap.http``, which merges ranges here too). Reads come as
+batches (:func:`read_file_ranges`, :func:`get_object_ranges`) so that neighbouring ranges can be merged
+into one read (:func:`merge_ranges`) and split back; single-range functions are the fast path for a batch
+of one. The S3 store set-up lives here too, so anything that reads S3 objects gets the same credentials,
+timeouts and error codes.
 
 Ranges are ``(start, length)``. A range reaching past the end of a file is cut short
 (:func:`read_range`), or is an error where the caller knows how much must be there (:func:`read_exact`).
@@ -137,27 +138,6 @@ def s3_store(bucket: str, *, endpoint: str | None, region: str | None, profile: 
 
     retries = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
     return S3Store(bucket, config=config, client_options=client, retry_config=retries)
-
-
-def http_store(url: str, *, headers: dict[str, str] | None = None):
-    """An obstore ``HTTPStore`` whose root is the object ``url`` itself (read with the path ``""``), so the
-    request goes to exactly that URL, as the caller spelled it (canonical: see ``manifest.containers``).
-
-    Plain ``http://`` is allowed for ``http://`` URLs only; ``headers`` are sent with every request. The
-    timeouts and retries are those of :func:`s3_store`. obstore's client follows redirects and uses the
-    ``HTTP(S)_PROXY`` variables; it has no option to refuse redirects.
-    """
-    try:
-        from obstore.store import HTTPStore
-    except ImportError as exc:
-        raise DriverNotAvailable(f"reading {url} needs obstore: pip install obstore") from exc
-    from datetime import timedelta
-
-    client: dict = {**CLIENT_OPTIONS, "allow_http": url.startswith("http://")}
-    if headers:
-        client["default_headers"] = dict(headers)
-    retries = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
-    return HTTPStore.from_url(url, client_options=client, retry_config=retries)
 
 
 def credentials_found(profile: str | None) -> bool:

@@ -19,6 +19,7 @@ a pointer to ``nczmap copy``, which materialises a virtual dataset into real sto
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -28,15 +29,17 @@ from nczmap.errors import (
     DatasetNotFound,
     EmptyError,
     FormatError,
+    NCZError,
     StorageError,
     from_os_error,
 )
 from nczmap.manifest import kerchunk_json
-from nczmap.manifest.containers import Container, as_containers, authorize
+from nczmap.manifest.containers import Container, as_containers, locate
 from nczmap.manifest.model import WHOLE, Manifest, Reference
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
 from nczmap.zmap.base import ZMap
+from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, is_listable_name, normalize_key
 from nczmap.zmap.osutil import remove_if_present
@@ -60,12 +63,19 @@ class ManifestMap(ZMap):
         self.containers = [Container(self._base, _store_options(url)), *as_containers(containers)]
         self.gap = gap
         self._sources: dict[str, _Source] = {}
-        self._resolved: dict[str, tuple[str, Container]] = {}
+        self._resolved: dict[str, tuple[str, Container, str]] = {}  # reference URL -> where it points
+        self._directories: dict[str, Beneath] = {}  # container prefix -> its directory, held open
+        self._manifest_directory: Beneath | None = None  # a Parquet manifest's directory
         self._lock = threading.Lock()
         self._dirty = mode == "w"
         self._index: KeyIndex | None = None
         self._store = None  # the obstore store holding an S3 manifest
-        self.manifest = self._load()
+        try:
+            self.manifest = self._load()
+        except BaseException:
+            if self._manifest_directory is not None:
+                self._manifest_directory.close()
+            raise
         self._options = {"containers": containers, "gap": gap}
 
     def reopen_options(self) -> dict[str, object]:
@@ -110,14 +120,35 @@ class ManifestMap(ZMap):
                     return None
                 raise error from exc
         try:
-            with open(path, "rb") as handle:
-                return handle.read()
+            fd = self._open_manifest_file(name, path)
         except FileNotFoundError:
             return None
-        except IsADirectoryError:
-            raise FormatError(f"{path!r} is a directory, not a manifest file") from None
+        except NotRegular:
+            raise FormatError(f"{path!r} is not a regular file: a manifest is read only from one") from None
+        except OSError as exc:
+            if isinstance(exc, NCZError):
+                raise
+            raise from_os_error(exc, f"cannot read the manifest {path!r}") from exc
+        try:
+            return byteranges.read_range(fd, 0, os.fstat(fd).st_size)  # no more than it holds
         except OSError as exc:
             raise from_os_error(exc, f"cannot read the manifest {path!r}") from exc
+        finally:
+            os.close(fd)
+
+    def _open_manifest_file(self, name: str | None, path: str) -> int:
+        """The manifest file (named by the user: opened as named), or a file of a Parquet manifest's
+        directory, opened beneath it (a link out of it, to ``/dev/zero`` say, is refused)."""
+        if name is None:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise NotRegular(path)
+            return fd
+        if self._manifest_directory is None:
+            directory = self.url.path.rstrip("/")
+            self._manifest_directory = Beneath(directory, f"the manifest {directory!r}")
+        return self._manifest_directory.open_file(name.split("/"), name)
 
     def _write_file(self, name: str | None, data: bytes) -> None:
         """Replace the manifest (``name`` None) or one file of a Parquet manifest, atomically each."""
@@ -233,6 +264,11 @@ class ManifestMap(ZMap):
         try:
             for source in self._sources.values():
                 source.close()
+            for directory in [*self._directories.values(), self._manifest_directory]:
+                if directory is not None:
+                    directory.close()
+            self._directories.clear()
+            self._manifest_directory = None
             if delete:
                 if not self.url.on_s3:
                     remove_if_present(self.url.path)
@@ -261,7 +297,7 @@ class ManifestMap(ZMap):
                 f"reference for {key!r}: bad range offset={offset} length={length} (a whole object "
                 "starts at 0; give a length with an offset)"
             )
-        real, _ = self._resolve(url, key)
+        real, _, _ = self._resolve(url, key)
         self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
 
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
@@ -270,7 +306,7 @@ class ManifestMap(ZMap):
         if isinstance(source, ManifestMap):
             reference = source.reference(source_key)
             if reference is not None:
-                real, _ = source._resolve(reference.url, normalize_key(source_key))
+                real, _, _ = source._resolve(reference.url, normalize_key(source_key))
                 self.set_reference(key, real, reference.offset, reference.length)
                 return True
         return super().copy_from(source, source_key, key)
@@ -280,22 +316,51 @@ class ManifestMap(ZMap):
         entry = self.manifest.get(normalize_key(key)[1:])
         return entry if isinstance(entry, Reference) else None
 
-    def _resolve(self, url: str, key: str) -> tuple[str, Container]:
-        """The normalised URL and its container (AccessDenied outside every container), once per URL."""
+    def _resolve(self, url: str, key: str) -> tuple[str, Container, str]:
+        """The canonical URL, its container and the path below it (AccessDenied outside every container).
+
+        Kept per URL: it is a decision about text only. Local sources are opened from the container's
+        directory descriptor each time (:meth:`_open_local`), so no decision about the file system is kept.
+        """
         resolved = self._resolved.get(url)
         if resolved is None:
-            resolved = self._resolved[url] = authorize(url, self._base, self.containers, key)
+            resolved = self._resolved[url] = locate(url, self._base, self.containers, key)
         return resolved
 
     def _source(self, key: str, reference: Reference) -> _Source:
-        real, container = self._resolve(reference.url, key)
+        real, container, relative = self._resolve(reference.url, key)
         with self._lock:
             source = self._sources.get(real)
             if source is None:
-                source = self._sources[real] = _open_source(
-                    real, container, self.manifest.sources, reference.url
-                )
+                recorded = self.manifest.sources
+                info = recorded.get(reference.url) or recorded.get(real)
+                if real.startswith("file://"):
+                    source = _LocalSource(real[len("file://") :], self._open_local(container, relative), info)
+                else:
+                    source = _open_source(real, container, info)
+                self._sources[real] = source
         return source
+
+    def _open_local(self, container: Container, relative: str) -> int:
+        """A descriptor of the regular file ``relative`` below the local ``container``, opened beneath
+        the container's directory (links followed only while they stay inside it)."""
+        shown = container.prefix + relative
+        directory = self._directories.get(container.prefix)
+        try:
+            if directory is None:
+                path = container.prefix[len("file://") :]
+                aliases = [container.spelling[len("file://") :]]
+                what = f"the container {container.prefix}"
+                directory = self._directories[container.prefix] = Beneath(path, what, aliases=aliases)
+            return directory.open_file(relative.split("/"), relative)
+        except FileNotFoundError:
+            raise StorageError(f"the source {shown!r} of a reference does not exist") from None
+        except NotRegular as exc:
+            raise StorageError(f"the source {shown!r} of a reference cannot be read: {exc}") from None
+        except OSError as exc:
+            if isinstance(exc, NCZError):
+                raise
+            raise from_os_error(exc, f"cannot open the source {shown!r}") from exc
 
     def _length(self, reference: Reference, source: _Source) -> int:
         if reference.length == WHOLE:
@@ -368,19 +433,20 @@ class _Source:
 
 
 class _LocalSource(_Source):
+    """A regular local file, already opened beneath its container (see ``ManifestMap._open_local``)."""
+
     gap = LOCAL_GAP
 
-    def __init__(self, path: str, recorded: dict | None) -> None:
+    def __init__(self, path: str, fd: int, recorded: dict | None) -> None:
         self.name = path
+        self.fd = fd
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:
-            raise StorageError(f"the source {path!r} of a reference does not exist") from None
-        except OSError as exc:
-            raise from_os_error(exc, f"cannot open the source {path!r}") from exc
-        info = os.fstat(self.fd)
-        self.size = info.st_size
-        _check_recorded(path, recorded, self.size, mtime=info.st_mtime_ns)
+            info = os.fstat(self.fd)
+            self.size = info.st_size
+            _check_recorded(path, recorded, self.size, mtime=info.st_mtime_ns)
+        except BaseException:
+            os.close(fd)
+            raise
 
     def read(self, offset: int, length: int) -> bytes:
         return byteranges.read_exact(self.fd, length, offset, self.name)
@@ -450,33 +516,50 @@ class _ObjectSource(_Source):
         return data
 
 
-class _HttpSource(_ObjectSource):
-    """A file served over HTTP(S): the canonical URL is requested as it is (HEAD, then range GETs).
+class _HttpSource(_Source):
+    """A file served over HTTP(S): the canonical URL is requested as it is, one HEAD then range GETs
+    (``nczmap.zmap.http``, which never follows a redirect: a 3xx is AccessDenied).
 
     Container option ``headers`` (a dict, for example an ``Authorization``) goes with every request; it
     comes from the user's grant, never from the manifest.
     """
 
+    gap = REMOTE_GAP
+
     def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
+        from nczmap.zmap.http import HttpReader
+
         self.name = url
-        self.path = ""  # the store's root is the URL itself
         headers = options.get("headers") or {}
-        strings = isinstance(headers, Mapping) and all(
-            isinstance(i, str) for i in (*headers, *headers.values())
-        )
-        if not strings:
+        if not isinstance(headers, Mapping):
             raise DataError(f"the container option 'headers' for {url} must be a dict of strings")
         try:
-            self.store = byteranges.http_store(url, headers=dict(headers))
-        except ValueError as exc:  # obstore's refusal of a header name or value
+            self.reader = HttpReader(url, headers)
+        except ValueError as exc:
             raise DataError(f"the container option 'headers' for {url}: {exc}") from None
-        self._head(recorded)
+        try:
+            head = self.reader.head()
+            _check_recorded(url, recorded, head.size, etag=head.etag or "(none)")
+        except BaseException:
+            self.reader.close()
+            raise
+        self.size = head.size
+
+    def read(self, offset: int, length: int) -> bytes:
+        return self.reader.read(offset, length)
+
+    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
+        if len(span.members) == 1:  # the usual case: straight into the caller's buffer, no copy
+            _, offset, length, buffer = wanted[span.members[0]]
+            self.reader.read_into(offset, buffer[:length])
+        else:
+            super().fill(span, wanted)
+
+    def close(self) -> None:
+        self.reader.close()
 
 
-def _open_source(real: str, container: Container, recorded: dict, url: str) -> _Source:
-    info = recorded.get(url) or recorded.get(real)
-    if real.startswith("file://"):
-        return _LocalSource(real[len("file://") :], info)
+def _open_source(real: str, container: Container, info: dict | None) -> _Source:
     if real.startswith(("http://", "https://")):
         return _HttpSource(real, dict(container.options), info)
     return _ObjectSource(real, dict(container.options), info)
