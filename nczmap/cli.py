@@ -64,6 +64,7 @@ def _virtualize(args: argparse.Namespace) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VirtualizeWarning)  # reported below, one line each
+        options = {"max_chunk_bytes": args.max_chunk_bytes} if args.max_chunk_bytes else {}
         result = virtualize(
             args.sources,
             args.destination,
@@ -71,9 +72,17 @@ def _virtualize(args: argparse.Namespace) -> None:
             allow=args.allow or (),
             netcdf_version=args.netcdf_version,
             progress=terminal_progress("virtualizing", unit="chunks"),
+            new_dim=args.new_dim,
+            load=args.load,
+            skip_mismatched=args.skip_mismatched,
+            **options,
         )
     for refusal in result.refused:
         print(f"nczmap: warning: {refusal}", file=sys.stderr)
+    for source, why in result.skipped:
+        print(f"nczmap: warning: {source} left out: {why}", file=sys.stderr)
+    for note in result.notes:
+        print(f"nczmap: warning: {note}", file=sys.stderr)
 
 
 def _ncdump(args: argparse.Namespace) -> None:
@@ -170,12 +179,39 @@ def build_parser() -> argparse.ArgumentParser:
 
     virtual = commands.add_parser(
         "virtualize",
-        help="write a manifest (kerchunk JSON) presenting netCDF-4/HDF5 files as NCZarr, copying no data",
+        help="write a manifest (kerchunk JSON or Parquet) presenting netCDF-4/HDF5, netCDF-3 and TIFF/COG "
+        "files as one NCZarr dataset, copying no data",
     )
-    virtual.add_argument("sources", nargs="+", metavar="SRC", help="netCDF-4/HDF5 files")
+    virtual.add_argument(
+        "sources", nargs="+", metavar="SRC", help="netCDF-4/HDF5, netCDF-3 or TIFF files (globs expanded)"
+    )
     virtual.add_argument("destination", metavar="DST", help="the manifest: a path or URL, e.g. refs.json")
     virtual.add_argument(
         "--concat", default=None, metavar="DIM", help="join several files along this dimension (e.g. time)"
+    )
+    virtual.add_argument(
+        "--new-dim",
+        default=None,
+        metavar="NAME=PATTERN",
+        help="stack the files along a new dimension, its coordinate from each file name (time=%%Y%%m%%d)",
+    )
+    virtual.add_argument(
+        "--load",
+        default="",
+        metavar="VAR,...",
+        help="store these variables as data instead of references (the joined coordinate always is)",
+    )
+    virtual.add_argument(
+        "--skip-mismatched",
+        action="store_true",
+        help="leave out (and list) files unlike the first instead of failing",
+    )
+    virtual.add_argument(
+        "--max-chunk-bytes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="cut contiguous data into references of at most N bytes (default 4 MiB)",
     )
     virtual.add_argument(
         "--allow",

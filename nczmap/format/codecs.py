@@ -34,6 +34,9 @@ class CodecChain:
         try:
             return numcodecs.get_codec(config)
         except (ValueError, KeyError, TypeError) as exc:
+            own = _own_codec(config)  # TIFF's codecs when imagecodecs-numcodecs is not installed
+            if own is not None:
+                return own
             raise FormatError(f"{where} has unsupported codec: ({config.get('id')})") from exc
 
     def decode(self, data: bytes, where: str, limit: int | None = None):
@@ -64,8 +67,21 @@ class CodecChain:
         return bytes(data) if not isinstance(data, bytes) else data
 
 
+def _own_codec(config: dict):
+    """nczmap's implementation of a codec numcodecs does not know (None: there is none)."""
+    from nczmap.format import tiffcodecs
+
+    if config.get("id") not in tiffcodecs.CODECS:
+        return None
+    try:
+        return tiffcodecs.get_codec(config)
+    except (ValueError, TypeError):
+        return None
+
+
 _ZLIB_WINDOWS = {"zlib": 15, "gzip": 31}
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_ZSTD_PIECE = 1 << 20  # a frame without its size is measured this much at a time
 
 
 def _bounded_decode(codec, name: str | None, data, limit: int | None):
@@ -80,17 +96,80 @@ def _bounded_decode(codec, name: str | None, data, limit: int | None):
         if len(out) > limit or inflater.unconsumed_tail:
             raise FormatError(f"it inflates beyond the chunk's {limit} bytes")
         return out
+    if hasattr(codec, "decode_limited"):  # nczmap's own LZW and PackBits stop at the limit
+        return codec.decode_limited(data, limit)
+    if name in _STREAMS:
+        return _decode_streams(lambda: _STREAMS[name](codec), data, limit)
     claimed = _claimed_size(name, data)
     if claimed is not None and claimed > limit:
         raise FormatError(f"it claims {claimed} bytes, more than the chunk's {limit}")
+    if name == "zstd" and claimed is None:  # no size in the frame header: numcodecs would inflate it all
+        _check_zstd_size(data, limit)
     return codec.decode(data)
 
 
+def _bz2_decompressor(codec):
+    import bz2
+
+    return bz2.BZ2Decompressor()
+
+
+def _lzma_decompressor(codec):
+    import lzma
+
+    return lzma.LZMADecompressor(
+        format=getattr(codec, "format", lzma.FORMAT_AUTO), filters=getattr(codec, "filters", None)
+    )
+
+
+_STREAMS = {"bz2": _bz2_decompressor, "lzma": _lzma_decompressor}
+
+
+def _decode_streams(make, data, limit: int) -> bytes:
+    """Concatenated streams, as ``bz2.decompress`` and ``lzma.decompress`` read them, but never producing
+    more than ``limit`` + 1 bytes: the output limit of the streaming decoder, not a check afterwards."""
+    rest = memoryview(data).cast("B")
+    out = bytearray()
+    while True:
+        decompressor = make()
+        try:
+            out += decompressor.decompress(rest, limit + 1 - len(out))
+        except Exception:
+            if out:  # trailing bytes that are no stream are ignored, as the one-shot functions do
+                return bytes(out)
+            raise
+        if len(out) > limit:
+            raise FormatError(f"it inflates beyond the chunk's {limit} bytes")
+        if not decompressor.eof:
+            raise FormatError("the compressed data end before the end-of-stream marker")
+        rest = decompressor.unused_data
+        if not rest:
+            return bytes(out)
+
+
+def _check_zstd_size(data, limit: int) -> None:
+    """Refuse zstd frames that decode to more than ``limit`` bytes, counting their output in pieces
+    (``zstandard``'s reader stops at any size; numcodecs has no output limit)."""
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
+    produced = 0
+    with reader:
+        while produced <= limit:
+            piece = reader.read(min(limit + 1 - produced, _ZSTD_PIECE))
+            if not piece:
+                return
+            produced += len(piece)
+    raise FormatError(f"it inflates beyond the chunk's {limit} bytes")
+
+
 def _claimed_size(name: str | None, data) -> int | None:
-    """The decoded size a blosc or zstd frame announces in its header (None if it announces none)."""
+    """The decoded size a blosc, lz4 or zstd frame announces in its header (None if it announces none)."""
     raw = memoryview(data).cast("B")
     if name == "blosc" and len(raw) >= 16:
         return int.from_bytes(raw[4:8], "little")
+    if name == "lz4" and len(raw) >= 4:  # numcodecs' LZ4 allocates the size its first 4 bytes give
+        return int.from_bytes(raw[:4], "little")
     if name == "zstd" and len(raw) >= 6 and bytes(raw[:4]) == _ZSTD_MAGIC:
         descriptor = raw[4]
         size_flag, single = descriptor >> 6, (descriptor >> 5) & 1

@@ -18,23 +18,27 @@ a pointer to ``nczmap copy``, which materialises a virtual dataset into real sto
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from nczmap.concurrency import run_all
 from nczmap.errors import (
+    AccessDenied,
     DataError,
     DatasetNotFound,
     EmptyError,
     FormatError,
     NCZError,
     StorageError,
+    URLError,
     from_os_error,
 )
 from nczmap.manifest import kerchunk_json
-from nczmap.manifest.containers import Container, as_containers, locate
+from nczmap.manifest.containers import Container, as_containers, locate, normalize
 from nczmap.manifest.model import WHOLE, Manifest, Reference
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
@@ -43,8 +47,10 @@ from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, is_listable_name, normalize_key
 from nczmap.zmap.osutil import remove_if_present
+from nczmap.zmap.sidecar import Sidecar
 
 INLINE_LIMIT = 64 << 10  # chunk data up to this size is kept in the manifest itself
+MAX_WHOLE_REFERENCE = 2 << 30  # a whole-object reference ([url]) to a larger object is refused
 LOCAL_GAP = 64 << 10  # merge local ranges closer than this: a short extra read beats another syscall
 REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs more than a MiB
 MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
@@ -53,19 +59,30 @@ MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
 class ManifestMap(ZMap):
     driver = "manifest"
 
-    def __init__(self, url: ParsedURL, mode: str, containers: object = None, gap: int | None = None) -> None:
+    def __init__(
+        self,
+        url: ParsedURL,
+        mode: str,
+        containers: object = None,
+        gap: int | None = None,
+        mtime_tolerance: float | None = None,
+    ) -> None:
         super().__init__(url, mode)
-        # Relative references resolve against the manifest's directory, the container granted by default.
+        # Relative references resolve against the manifest's directory, the container granted by default
+        # (unless it is a home directory or an ancestor of one: see _default_container).
         if url.on_s3:
             self._base = f"s3://{url.bucket}/{url.path.rpartition('/')[0]}/"
         else:
             self._base = "file://" + os.path.dirname(url.path) + "/"
-        self.containers = [Container(self._base, _store_options(url)), *as_containers(containers)]
+        granted = as_containers(containers)
+        self.containers = [_default_container(self._base, _store_options(url), granted), *granted]
+        tolerance = _mtime_tolerance(url, mtime_tolerance)
         self.gap = gap
         self._sources: dict[str, _Source] = {}
         self._resolved: dict[str, tuple[str, Container, str]] = {}  # reference URL -> where it points
         self._directories: dict[str, Beneath] = {}  # container prefix -> its directory, held open
         self._manifest_directory: Beneath | None = None  # a Parquet manifest's directory
+        self._sidecar: Sidecar | None = None  # where large chunk data goes, if kept beside
         self._lock = threading.Lock()
         self._dirty = mode == "w"
         self._index: KeyIndex | None = None
@@ -76,7 +93,9 @@ class ManifestMap(ZMap):
             if self._manifest_directory is not None:
                 self._manifest_directory.close()
             raise
-        self._options = {"containers": containers, "gap": gap}
+        if tolerance:
+            _tolerate(self.manifest.sources, tolerance)
+        self._options = {"containers": containers, "gap": gap, "mtime_tolerance": mtime_tolerance}
 
     def reopen_options(self) -> dict[str, object]:
         return dict(self._options)
@@ -200,14 +219,14 @@ class ManifestMap(ZMap):
         entry = self._entry(key)
         if isinstance(entry, bytes):
             return len(entry)
-        return entry.length if entry.length != WHOLE else self._source(key, entry).size
+        return entry.length if entry.length != WHOLE else self._length(entry, self._source(key, entry), key)
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         entry = self._entry(key)
         if isinstance(entry, bytes):
             return entry[start:] if count is None else entry[start : start + count]
         source = self._source(key, entry)
-        length = self._length(entry, source)
+        length = self._length(entry, source, key)
         wanted = max(0, length - start) if count is None else max(0, min(count, length - start))
         return source.read(entry.offset + start, wanted) if wanted else b""
 
@@ -223,6 +242,9 @@ class ManifestMap(ZMap):
 
     def _write(self, key: str, data: memoryview) -> None:
         name = key.rsplit("/", 1)[-1]
+        if len(data) > INLINE_LIMIT and not name.startswith(".") and self._sidecar is not None:
+            self._set(key, Reference(self._sidecar.url, self._sidecar.append(data), len(data)))
+            return
         if len(data) > INLINE_LIMIT and not name.startswith("."):
             raise DataError(
                 f"cannot write {len(data)} bytes to {key!r} of the manifest {self.location}: chunks over "
@@ -273,15 +295,27 @@ class ManifestMap(ZMap):
                 if not self.url.on_s3:
                     remove_if_present(self.url.path)
             elif self._dirty:
+                if self._sidecar is not None and (recorded := self._sidecar.commit()) is not None:
+                    self.manifest.sources[self._sidecar.url] = recorded
                 self._save()
         finally:
             self._sources.clear()
+            if self._sidecar is not None:
+                self._sidecar.discard()
 
     def abort(self) -> None:
         self._dirty = False
         self.close()
 
     # ----------------------------------------------------------------- references
+    def keep_large_chunks_beside(self) -> None:
+        """Store chunk data too large to inline in a file beside the manifest (:mod:`.sidecar`), which
+        the manifest refers to, instead of refusing it. Local manifests only."""
+        if self.url.on_s3:
+            raise DataError(f"{self.location}: large chunks are kept beside local manifests only")
+        if self._sidecar is None:
+            self._sidecar = Sidecar(self.url.path)
+
     def set_reference(self, key: str, url: str, offset: int = 0, length: int = WHOLE) -> None:
         """Make ``key`` refer to ``length`` bytes at ``offset`` of ``url`` (WHOLE: the whole object).
 
@@ -331,6 +365,9 @@ class ManifestMap(ZMap):
         real, container, relative = self._resolve(reference.url, key)
         with self._lock:
             source = self._sources.get(real)
+            pending = self._sidecar is not None and real == self._sidecar.url and self._sidecar.fd >= 0
+            if source is None and pending:  # written in this session, not yet in place: the same file
+                source = self._sources[real] = _LocalSource(real[7:], os.dup(self._sidecar.fd), None)
             if source is None:
                 recorded = self.manifest.sources
                 info = recorded.get(reference.url) or recorded.get(real)
@@ -362,9 +399,19 @@ class ManifestMap(ZMap):
                 raise
             raise from_os_error(exc, f"cannot open the source {shown!r}") from exc
 
-    def _length(self, reference: Reference, source: _Source) -> int:
+    def _length(self, reference: Reference, source: _Source, key: str | None = None) -> int:
+        """The bytes ``reference`` names; a whole-object reference to more than MAX_WHOLE_REFERENCE bytes
+        is refused (no chunk is that large, and reading it would take that much memory)."""
         if reference.length == WHOLE:
-            return source.size - reference.offset
+            length = source.size - reference.offset
+            if length > MAX_WHOLE_REFERENCE:
+                held = f"key {key!r} refers" if key else "a reference refers"
+                raise StorageError(
+                    f"{held} to the whole of {source.name} ({length} bytes), more than the "
+                    f"{MAX_WHOLE_REFERENCE} bytes a whole-object reference may name: a chunk that large is "
+                    "no chunk (refer to a byte range [url, offset, length] instead)"
+                )
+            return length
         if reference.offset + reference.length > source.size:
             raise StorageError(
                 f"{source.name} holds {source.size} bytes, but a reference needs bytes up to "
@@ -566,14 +613,27 @@ def _open_source(real: str, container: Container, info: dict | None) -> _Source:
 
 
 def _check_recorded(name: str, recorded: dict | None, size: int, mtime: int | None = None, etag=None) -> None:
-    """Refuse a source that is not what the manifest recorded (checked once per source, not per chunk)."""
+    """Refuse a source that is not what the manifest recorded (checked once per source, not per chunk).
+
+    Sizes and ETags must be equal. Modification times (ns) too, unless the map was opened with an
+    ``mtime_tolerance`` (seconds, carried by the :class:`_Recorded` entries), because copies keep them to
+    different precisions: ``cp -p`` and ``rsync -t``/``-a`` (3.1 and later) keep nanoseconds between ext4,
+    xfs, btrfs and tmpfs; tar keeps whole seconds (GNU tar ``--format=posix`` keeps nanoseconds); zip
+    keeps 2 s (1 s with Info-ZIP's extended timestamp), as FAT does; a copy without ``-p``/``-t`` gets the
+    time of the copy, which no tolerance meant for rounding accepts. S3 has no modification time: its
+    ETag is compared instead, and is never relaxed. Neither is the size.
+    """
     if not recorded:
         return
     changes = []
     if "size" in recorded and recorded["size"] != size:
         changes.append(f"size {recorded['size']} -> {size}")
-    if mtime is not None and "mtime" in recorded and recorded["mtime"] != mtime:
-        changes.append("modification time")
+    if mtime is not None and "mtime" in recorded:
+        drift = abs(recorded["mtime"] - mtime)
+        allowed = getattr(recorded, "mtime_tolerance", 0)
+        if drift > allowed:
+            within = f", more than the {allowed / 1e9:g} s allowed" if allowed else ""
+            changes.append(f"modification time, {drift / 1e9:.9g} s apart{within}")
     if etag is not None and "etag" in recorded and recorded["etag"] != etag:
         changes.append(f"ETag {recorded['etag']} -> {etag}")
     if changes:
@@ -591,3 +651,89 @@ def _s3_store(bucket: str, options: dict):
     return byteranges.s3_store(
         bucket, endpoint=options.get("endpoint"), region=options.get("region"), profile=options.get("profile")
     )
+
+
+class _Recorded(dict):
+    """What the manifest recorded about one source, and by how many nanoseconds its modification time may
+    differ (the map's ``mtime_tolerance``); saved as the plain object it is."""
+
+    mtime_tolerance = 0
+
+
+def _tolerate(sources: dict[str, dict], seconds: float) -> None:
+    for url, recorded in list(sources.items()):
+        entry = sources[url] = _Recorded(recorded)
+        entry.mtime_tolerance = round(seconds * 1e9)
+
+
+def _mtime_tolerance(url: ParsedURL, seconds: object) -> float:
+    """The ``mtime_tolerance`` option, else the URL fragment's ``mtime_tolerance=``; 0 (exact) without."""
+    error: type[URLError | DataError] = DataError
+    if seconds is None:
+        text = url.fragment.get("mtime_tolerance")
+        if text is None:
+            return 0.0
+        error = URLError
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = text
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+        raise error(f"mtime_tolerance {seconds!r} for {url.original!r} is not a number of seconds >= 0")
+    return float(seconds)
+
+
+_SECRETS = (".ssh", ".aws", ".gnupg")  # a directory holding one of these is someone's home
+
+
+def _default_container(base: str, options: dict, granted: list[Container]) -> Container:
+    """The manifest's own directory, granted by default, except for a local manifest lying in ``/``, a home
+    directory or a directory above one: whatever a reference named there would be readable (``~/.ssh``,
+    ``~/.aws``), so such a directory is granted only explicitly."""
+    if not base.startswith("file://"):
+        return Container(base, options)
+    why = _too_wide(os.path.realpath(base[len("file://") :]))
+    if why is None:
+        return Container(base, options)
+    return _Withheld(base, options, reason=why, others=tuple(granted))
+
+
+def _too_wide(directory: str) -> str | None:
+    """Why ``directory`` (real) is too wide to grant by default, or None."""
+    if directory == "/":
+        return "the root directory"
+    home = os.path.expanduser("~")
+    home = os.path.realpath(home) if home.startswith("/") else None
+    if home == directory:
+        return "your home directory"
+    if home is not None and home.startswith(directory + "/"):
+        return f"a directory above your home directory {home}"
+    held = [name for name in _SECRETS if os.path.lexists(os.path.join(directory, name))]
+    if held:
+        return f"a home directory (it holds {', '.join(held)})"
+    return None
+
+
+@dataclass(frozen=True)
+class _Withheld(Container):
+    """The manifest's directory when it is too wide to grant by default (:func:`_default_container`): it
+    grants nothing, and refuses a reference inside it that no explicit grant covers, saying why."""
+
+    reason: str = field(default="", compare=False)
+    others: tuple[Container, ...] = field(default=(), compare=False, repr=False)
+
+    def relative(self, url: str) -> str | None:
+        if super().relative(url) is None or self._granted(url):
+            return None
+        directory = self.prefix[len("file://") :]
+        grant = url[len("file://") :].rsplit("/", 1)[0] + "/"
+        raise AccessDenied(
+            f"reference {url} lies in {directory}, the manifest's own directory, which is not granted by "
+            f"default because it is {self.reason}: its whole tree (~/.ssh, ~/.aws...) would be readable by "
+            f"the manifest. Grant what the references need explicitly: containers=[{grant!r}] (Python) or "
+            f"--allow {grant} (command line)"
+        )
+
+    def _granted(self, url: str) -> bool:
+        spellings = {url, normalize(url, None)} if url.startswith("file://") else {url}
+        return any(c.relative(u) is not None for c in self.others for u in spellings)

@@ -1,0 +1,198 @@
+"""Virtual NCZarr datasets over existing files: a manifest of references, the data left where it is.
+
+:func:`virtualize` turns source files — netCDF-4/HDF5, netCDF-3 (classic, 64-bit offset, 64-bit data),
+TIFF/GeoTIFF/COG — into one NCZarr dataset in a kerchunk manifest (JSON, or Parquet for ``*.parq``),
+joined along an existing dimension or stacked along a new one. The package:
+
+- :mod:`.sources`: the files (local, S3), their bytes and what the manifest records to recognise them;
+- :mod:`.parsed`: what every parser yields, the netCDF model plus where each variable's data is;
+- one module per source format (:mod:`.hdf5`, :mod:`.netcdf3`, :mod:`.tiff`), listed in :data:`PARSERS`;
+  a new format is one module with ``sniff`` and ``parse`` plus one line there;
+- :mod:`.combine`: joining files, and deciding per variable between references, loading and refusal;
+- :mod:`.output`: writing the manifest.
+
+Every variable of the sources is in the result: as references where the bytes allow, otherwise loaded
+(read once and stored in the manifest, or in its chunk file beside it); a variable is refused, with a
+warning, only when it cannot be represented at all (user-defined netCDF-4 types).
+
+Every source must lie in an authorised container of the manifest: its own directory (bucket prefix, with
+the endpoint it was read from), or the ``allow`` prefixes when given; :attr:`VirtualizeResult.containers`
+lists them, to pass as ``containers=`` when reading. The manifest records each source's size and
+modification time (an object's size and ETag), so reading through it after a source changed is an error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from nczmap.errors import FormatError, NCZError
+from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, plan
+from nczmap.integrations.virtualize.output import manifest_url, write
+from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
+from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
+from nczmap.manifest.containers import Container, as_containers
+
+# Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
+PARSERS = {
+    "netcdf4": "nczmap.integrations.virtualize.hdf5",
+    "netcdf3": "nczmap.integrations.virtualize.netcdf3",
+    "tiff": "nczmap.integrations.virtualize.tiff",
+}
+Progress = Callable[[int, int], None]
+
+
+class VirtualizeWarning(UserWarning):
+    """Issued once per refused variable, and for gaps in a new dimension."""
+
+
+@dataclass
+class VirtualizeResult:
+    manifest: str  # where the manifest was written
+    variables: int = 0  # variables in the result
+    references: int = 0  # chunk keys referring to source bytes
+    inline: int = 0  # chunk keys of referenced variables holding their bytes in the manifest
+    loaded: list[str] = field(default_factory=list)  # variables stored as data, not references
+    refused: list[Refusal] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # sources left out (skip_mismatched)
+    notes: list[str] = field(default_factory=list)  # gaps and the like
+    # where the references point, with how to read there (S3 endpoint...): ``containers=`` for readers
+    containers: list[Container] = field(default_factory=list)
+
+
+def virtualize(
+    sources: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    destination: str | os.PathLike[str],
+    concat: str | None = None,
+    allow: Sequence[str] = (),
+    netcdf_version: str | None = None,
+    progress: Progress | None = None,
+    *,
+    new_dim: str | tuple[str, str] | None = None,
+    load: Sequence[str] | str = (),
+    skip_mismatched: bool = False,
+    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
+    executor=None,
+) -> VirtualizeResult:
+    """Write a manifest at ``destination`` presenting ``sources`` as one NCZarr dataset.
+
+    ``sources``: paths (globs expanded), ``file://`` URLs or S3 URLs of netCDF-4/HDF5, netCDF-3 or TIFF
+    files. ``destination``: a path or URL (kerchunk JSON, or kerchunk's Parquet form when it ends
+    ``.parq``; ``#mode=nczarr,manifest`` is implied). ``concat`` names the dimension (``time`` or
+    ``/group/time``) several sources are joined along; ``new_dim`` (``"time=%Y%m%d"`` or ``("time",
+    "%Y%m%d")``) stacks them along a new leading dimension whose coordinate comes from each file name.
+    ``load`` names variables to store as data instead of references (the joined dimension's coordinate is
+    loaded anyway). ``skip_mismatched`` leaves out (and lists) files unlike the first instead of failing.
+    ``max_chunk_bytes`` bounds the references made of contiguous data. ``allow`` lists the container
+    prefixes references may point into (default: each source's directory or bucket prefix);
+    ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
+    called as chunks are described; ``executor`` (a ``concurrent.futures`` executor of this process)
+    parses the sources, by default on up to eight threads.
+    """
+    if isinstance(load, str):
+        load = [name for name in load.split(",") if name]
+    options = CombineOptions(
+        concat=concat,
+        new_dim=_new_dim(new_dim),
+        load=tuple(load),
+        skip_mismatched=skip_mismatched,
+        max_chunk_bytes=max_chunk_bytes,
+    )
+    files: list[SourceFile] = []
+    parsed: list[ParsedFile] = []
+    try:
+        files = source_files(sources)
+        if len(files) > 1 and concat is None and new_dim is None:
+            raise FormatError(
+                f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
+                "new_dim=/--new-dim)"
+            )
+        url = manifest_url(destination, files)
+        parsed = _parse_all(files, ParseOptions(max_chunk_bytes=max_chunk_bytes), executor)
+        joined = plan(parsed, options)
+        granted = grants(allow, files)
+        result = VirtualizeResult(
+            url.location, refused=list(joined.refused), containers=as_containers(granted)
+        )
+        result.skipped, result.notes = joined.skipped, joined.notes
+        kept = [f for f in files if f.name in joined.sources]
+        write(joined, url, granted, netcdf_version, progress, kept, result)
+    finally:
+        for item in parsed:
+            item.close()
+        for file in files:
+            file.close()
+    for refusal in result.refused:
+        warnings.warn(str(refusal), VirtualizeWarning, stacklevel=2)
+    for source, why in result.skipped:
+        warnings.warn(f"{source} left out: {why}", VirtualizeWarning, stacklevel=2)
+    for note in result.notes:
+        warnings.warn(note, VirtualizeWarning, stacklevel=2)
+    return result
+
+
+def _new_dim(value: str | tuple[str, str] | None) -> tuple[str, str] | None:
+    if value is None or isinstance(value, tuple):
+        return value
+    name, equals, pattern = value.partition("=")
+    if not equals or not name or not pattern:
+        raise FormatError(f"new_dim {value!r} must be NAME=PATTERN, such as time=%Y%m%d")
+    return name, pattern
+
+
+def parser_for(file: SourceFile):
+    """The parser module whose format ``file`` is in; FormatError naming the file if none."""
+    for module_name in PARSERS.values():
+        module = importlib.import_module(module_name)
+        if module.sniff(file.read_head, file.size):
+            return module
+    raise FormatError(f"{file.shown!r} is not a file nczmap can virtualize (netCDF-4/HDF5, netCDF-3 or TIFF)")
+
+
+def _parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
+    module = parser_for(file)
+    try:
+        return module.parse(file, options)
+    except OSError as exc:  # h5py's error for a failed read of a file object: ours is more useful
+        if isinstance(exc, NCZError) or file.error is None:
+            raise
+        raise file.error from None
+
+
+def _parse_all(files: list[SourceFile], options: ParseOptions, executor) -> list[ParsedFile]:
+    """Every file parsed, in order; concurrently when there are several."""
+    if len(files) == 1:
+        return [_parse(files[0], options)]
+    if executor is None:
+        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+            return _collect(files, [pool.submit(_parse, f, options) for f in files])
+    return _collect(files, [executor.submit(_parse, f, options) for f in files])
+
+
+def _collect(files: list[SourceFile], futures) -> list[ParsedFile]:
+    parsed, error = [], None
+    for future in futures:
+        try:
+            parsed.append(future.result())
+        except BaseException as exc:  # keep the others' results to close them
+            error = error or exc
+    if error is not None:
+        for item in parsed:
+            item.close()
+        raise error
+    return parsed
+
+
+__all__ = [
+    "PARSERS",
+    "NotVirtualizable",
+    "Refusal",
+    "VirtualizeResult",
+    "VirtualizeWarning",
+    "parser_for",
+    "virtualize",
+]

@@ -1,0 +1,518 @@
+"""netCDF-4/HDF5 sources: the netCDF model as netCDF-C presents it, read with h5py, and HDF5's chunk index.
+
+Groups, dimensions with their netCDF ids, typed attributes, fill values, netCDF-C's hidden attributes left
+out, dimensions of any group resolved through ``DIMENSION_LIST``. Storage: chunked datasets are their
+chunks (HDF5 filters become the numcodecs chain that decodes the same bytes: deflate -> ``zlib``, shuffle
+-> ``shuffle``, fletcher32 -> ``fletcher32``, and netcdf-c's plugins zstd (32015) -> ``zstd``, bzip2 (307)
+-> ``bz2``, blosc (32001) -> ``blosc``); contiguous data is one byte range; compact data, NC_STRING
+(variable-length strings live in HDF5's global heap, not in byte ranges) and datasets whose bytes cannot
+be referenced (filters numcodecs cannot undo, chunks whose filter mask skips a filter, virtual or external
+storage) are read as values, to be stored in the manifest. User-defined types (compound, enum, opaque,
+vlen) are refused: NCZarr cannot hold them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from nczmap.errors import FormatError
+from nczmap.format import Attribute, Dimension, Group
+from nczmap.format.codecs import CodecChain
+from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
+from nczmap.format.variable import ArrayLayout
+from nczmap.integrations.copy import HDF5_SIGNATURE
+from nczmap.integrations.virtualize.parsed import (
+    NotVirtualizable,
+    ParsedFile,
+    ParseOptions,
+    Refusal,
+    SourceVariable,
+    Storage,
+)
+from nczmap.integrations.virtualize.sources import SourceFile
+
+# Attributes netCDF-C keeps for itself (never visible through the netCDF API).
+HIDDEN_ATTRIBUTES = frozenset(
+    {
+        "CLASS",
+        "NAME",
+        "REFERENCE_LIST",
+        "DIMENSION_LIST",
+        "_Netcdf4Dimid",
+        "_Netcdf4Coordinates",
+        "_nc3_strict",
+        "_NCProperties",
+    }
+)
+DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
+NON_COORD_PREFIX = "_nc4_non_coord_"
+BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
+
+
+def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
+    """The HDF5 signature at 0 or, after a user block, at 512, 1024, 2048... (where HDF5 looks)."""
+    at = 0
+    while at + 8 <= size:
+        if read(at, 8) == HDF5_SIGNATURE:
+            return True
+        at = 512 if at == 0 else at * 2
+    return False
+
+
+def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
+    """The netCDF model of a netCDF-4/HDF5 file. The file stays open (h5py) until ``ParsedFile.close``."""
+    try:
+        import h5py
+    except ImportError as exc:
+        from nczmap.errors import DriverNotAvailable
+
+        raise DriverNotAvailable(
+            "virtualizing netCDF-4/HDF5 files needs h5py: pip install 'nczmap[virtual]'"
+        ) from exc
+    handle = file.open(h5py)
+    try:
+        parsed = _read_tree(handle, file)
+    except BaseException:
+        handle.close()
+        raise
+    parsed.closers.append(handle.close)
+    return parsed
+
+
+def _read_tree(handle, file: SourceFile) -> ParsedFile:
+    """The netCDF model of an open HDF5 file, as netCDF-C presents it."""
+    reader = _TreeReader(file)
+    root = Group("/", None)
+    reader.read_group(handle["/"], root)
+    reader.resolve_variables(root)
+    reader.size_unlimited()
+    return ParsedFile(file.name, root, reader.refused, "netcdf4")
+
+
+class _TreeReader:
+    def __init__(self, file: SourceFile) -> None:
+        self.file = file
+        self.source = file.name
+        self.refused: list[Refusal] = []
+        self.dims_by_path: dict[str, Dimension] = {}
+        self.dims_by_id: dict[int, Dimension] = {}
+        self.pending: dict[int, list[tuple[str, object]]] = {}  # id(group) -> [(name, dataset)] in order
+        self.extents: dict[int, list[int]] = {}  # id(unlimited dim) -> lengths of its users
+        self.dim_count = 0
+
+    def read_group(self, h5group, group: Group) -> None:
+        import h5py
+
+        for attribute in self.attributes(h5group, group.path):
+            group.attrs.load({attribute.name: attribute})
+        dims: list[tuple[int, Dimension]] = []
+        datasets: list[tuple[str, object]] = []
+        children: list[tuple[str, object]] = []
+        for name in h5group:
+            link = h5group.get(name, getlink=True)
+            where = _join(group.path, name)
+            if not isinstance(link, h5py.HardLink):
+                self.refused.append(Refusal(where, f"it is an HDF5 {type(link).__name__}", self.source))
+                continue
+            item = h5group[name]
+            if isinstance(item, h5py.Group):
+                children.append((name, item))
+            elif isinstance(item, h5py.Dataset):
+                if h5py.h5ds.is_scale(item.id):
+                    dimension = self.dimension(item, name, group)
+                    if dimension is not None:
+                        dims.append((_int_attribute(item, "_Netcdf4Dimid"), dimension))
+                    if _dimension_only(item):
+                        continue
+                datasets.append((name.removeprefix(NON_COORD_PREFIX), item))
+            # committed datatypes are netCDF user-defined types: variables using them are refused
+        if dims and all(dimid is not None for dimid, _ in dims):
+            dims.sort(key=lambda pair: pair[0])  # netCDF-C lists a group's dimensions by id
+        for dimid, dimension in dims:
+            group.dimensions[dimension.name] = dimension
+            if dimid is not None:
+                self.dims_by_id[dimid] = dimension
+        self.pending[id(group)] = datasets
+        for name, item in children:
+            child = Group(name, group)
+            group.groups[name] = child
+            self.read_group(item, child)
+
+    def dimension(self, dataset, name: str, group: Group) -> Dimension | None:
+        if not dataset.shape:
+            return None
+        self.dim_count += 1
+        unlimited = dataset.maxshape[0] is None
+        dimension = Dimension(name, int(dataset.shape[0]), unlimited, group)
+        self.dims_by_path[dataset.name] = dimension
+        if unlimited:
+            self.extents[id(dimension)] = [dimension.size]
+        return dimension
+
+    def resolve_variables(self, group: Group) -> None:
+        """Variables with their dimensions, child groups first (the order netCDF-C makes phony dims in)."""
+        for child in group.groups.values():
+            self.resolve_variables(child)
+        for name, dataset in self.pending.pop(id(group)):
+            where = _join(group.path, name)
+            try:
+                variable = self.variable(group, name, dataset)
+            except NotVirtualizable as exc:
+                self.refused.append(Refusal(where, str(exc), self.source))
+                continue
+            group.variables[name] = variable
+
+    def variable(self, group: Group, name: str, dataset) -> SourceVariable:
+        if dataset.shape is None:
+            raise NotVirtualizable("it has an empty (null) dataspace")
+        dims = self.dimensions_of(dataset, group)  # first: netCDF-C makes them even for refused types
+        nctype, storage_dtype = _types(dataset)
+        shape = tuple(int(n) for n in dataset.shape)
+        for dim, length in zip(dims, shape, strict=True):
+            if dim.unlimited:
+                self.extents[id(dim)].append(length)
+        if nctype is STRING:
+            storage = _strings(dataset, self.file)
+            storage_dtype = np.dtype(f"S{max(1, _longest(storage))}")
+        else:
+            storage = _storage(dataset, self.file, storage_dtype.itemsize)
+        codecs = storage.codecs
+        compressors = ("zlib", "zstd", "bz2", "blosc")
+        compressor = codecs[-1] if codecs and codecs[-1]["id"] in compressors else None
+        filters = codecs[:-1] if compressor else list(codecs)
+        chunks = storage.chunks if storage.kind == "chunked" else tuple(max(1, n) for n in shape)
+        layout = ArrayLayout(
+            shape,
+            chunks,
+            _parsed_dtype(nctype, storage_dtype),
+            _fill(dataset, nctype),
+            CodecChain(filters, compressor, storage_dtype.itemsize),
+            ".",
+            "C",
+            scalar=not dims,
+        )
+        variable = SourceVariable(group, name, dims, layout, storage)
+        for attribute in self.attributes(dataset, variable.key):
+            variable.attrs.load({attribute.name: attribute})
+        return variable
+
+    def dimensions_of(self, dataset, group: Group) -> list[Dimension]:
+        import h5py
+
+        if not dataset.shape:
+            return []
+        if "DIMENSION_LIST" in dataset.attrs:
+            dims = []
+            for axis, scales in enumerate(dataset.dims):
+                names = [scale.name for scale in scales.values()]
+                found = next((self.dims_by_path[n] for n in names if n in self.dims_by_path), None)
+                if found is None:
+                    raise NotVirtualizable(
+                        f"the dimension scale of its axis {axis} is not a netCDF dimension"
+                    )
+                dims.append(found)
+            return dims
+        coordinates = dataset.attrs.get("_Netcdf4Coordinates")
+        if coordinates is not None:
+            try:
+                return [self.dims_by_id[int(dimid)] for dimid in np.atleast_1d(coordinates)]
+            except KeyError as exc:
+                raise NotVirtualizable(f"its dimension id {exc} is not defined") from None
+        if h5py.h5ds.is_scale(dataset.id) and len(dataset.shape) == 1:
+            return [self.dims_by_path[dataset.name]]
+        return self.phony_dimensions(dataset, group)
+
+    def phony_dimensions(self, dataset, group: Group) -> list[Dimension]:
+        """A plain HDF5 dataset's dimensions as netCDF-C names them: a dimension of the group of the same
+        length (and unlimitedness) that the dataset does not use yet, else a new ``phony_dim_<id>``."""
+        dims = []
+        for length, maximum in zip(dataset.shape, dataset.maxshape, strict=True):
+            unlimited = maximum is None
+            found = next(
+                (
+                    d
+                    for d in group.dimensions.values()
+                    if d.size == length and d.unlimited == unlimited and d not in dims
+                ),
+                None,
+            )
+            if found is None:
+                found = Dimension(f"phony_dim_{self.dim_count}", int(length), unlimited, group)
+                group.dimensions[found.name] = found
+                self.dim_count += 1
+                if unlimited:
+                    self.extents[id(found)] = [found.size]
+            dims.append(found)
+        return dims
+
+    def size_unlimited(self) -> None:
+        """An unlimited dimension is as long as the longest variable using it (as netCDF-C reports it)."""
+        for dimension in self.dims_by_path.values():
+            if dimension.unlimited:
+                dimension.size = max(self.extents.get(id(dimension), [dimension.size]))
+
+    def attributes(self, item, where: str) -> list[Attribute]:
+        found = []
+        for name in item.attrs:
+            if name in HIDDEN_ATTRIBUTES:
+                continue
+            try:
+                found.append(_attribute(item, name))
+            except NotVirtualizable as exc:
+                self.refused.append(Refusal(where, str(exc), self.source, name))
+        return found
+
+
+def _join(path: str, name: str) -> str:
+    return path.rstrip("/") + "/" + name
+
+
+def _dimension_only(dataset) -> bool:
+    """A dataset netCDF-C made only to hold a dimension (no variable of that name)."""
+    name = dataset.attrs.get("NAME")
+    if isinstance(name, str):
+        name = name.encode("utf-8", "surrogateescape")
+    return isinstance(name, bytes) and name.startswith(DIMENSION_ONLY)
+
+
+def _int_attribute(item, name: str) -> int | None:
+    value = item.attrs.get(name)
+    return None if value is None else int(np.asarray(value).ravel()[0])
+
+
+def _types(dataset):
+    """(netCDF type, storage dtype) of a dataset; NotVirtualizable for what NCZarr cannot hold."""
+    from h5py import h5t
+
+    kind = dataset.id.get_type()
+    cls = kind.get_class()
+    names = {
+        h5t.COMPOUND: "a user-defined compound type",
+        h5t.ENUM: "a user-defined enum type",
+        h5t.OPAQUE: "a user-defined opaque type",
+        h5t.VLEN: "a user-defined variable-length (vlen) type",
+        h5t.ARRAY: "an HDF5 array type",
+        h5t.REFERENCE: "HDF5 object references",
+        h5t.BITFIELD: "an HDF5 bitfield type",
+        getattr(h5t, "COMPLEX", -1): "a complex type",
+    }
+    if cls in names:
+        raise NotVirtualizable(f"its type is {names[cls]}, which NCZarr cannot hold")
+    if cls == h5t.STRING:
+        if kind.is_variable_str():
+            return STRING, np.dtype(object)  # the width is the longest value's, once read
+        if kind.get_size() != 1:
+            raise NotVirtualizable(
+                f"its type is a fixed-length string of {kind.get_size()} bytes, no netCDF type"
+            )
+        return CHAR, np.dtype("S1")
+    dtype = np.dtype(dataset.dtype)
+    if cls == h5t.INTEGER:
+        plain = kind.get_precision() == 8 * kind.get_size() and kind.get_offset() == 0
+    elif cls == h5t.FLOAT:
+        plain = any(kind.equal(t) for t in (h5t.IEEE_F32LE, h5t.IEEE_F32BE, h5t.IEEE_F64LE, h5t.IEEE_F64BE))
+    else:
+        raise NotVirtualizable(f"its HDF5 type class {cls} has no netCDF type")
+    if not plain or dtype.itemsize != kind.get_size():
+        raise NotVirtualizable(
+            f"its HDF5 type ({dtype}, {kind.get_size()} bytes) is not a netCDF number type"
+        )
+    try:
+        return type_of_numpy(dtype), dtype
+    except FormatError:
+        raise NotVirtualizable(f"its type {dtype} has no netCDF type") from None
+
+
+def _attribute(item, name: str) -> Attribute:
+    from h5py import h5a, h5s, h5t
+
+    attr = h5a.open(item.id, name.encode("utf-8", "surrogateescape"))
+    kind = attr.get_type()
+    cls = kind.get_class()
+    null = attr.get_space().get_simple_extent_type() == h5s.NULL
+    if cls == h5t.STRING and kind.is_variable_str():
+        values = [] if null else np.asarray(item.attrs[name], dtype=object).ravel().tolist()
+        text = [v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else (v or "") for v in values]
+        return Attribute(name, STRING, text)
+    if cls == h5t.STRING:
+        if null:
+            return Attribute(name, CHAR, "")
+        raw = np.empty(attr.shape, dtype=attr.dtype)
+        attr.read(raw)
+        data = raw.tobytes()
+        if data == b"\x00" and not attr.shape:
+            data = b""  # netCDF-C stores an empty char attribute as one NUL
+        return Attribute(name, CHAR, data.decode("utf-8", "surrogateescape"))
+    if cls not in (h5t.INTEGER, h5t.FLOAT):
+        raise NotVirtualizable(f"its HDF5 type class {cls} is a user-defined or non-netCDF type")
+    dtype = np.dtype(attr.dtype)
+    try:
+        nctype = type_of_numpy(dtype)
+    except FormatError:
+        raise NotVirtualizable(f"its type {dtype} has no netCDF type") from None
+    if null:
+        return Attribute(name, nctype, np.zeros(0, dtype=nctype.numpy))
+    raw = np.empty(attr.shape, dtype=dtype)
+    attr.read(raw)
+    return Attribute(name, nctype, raw.ravel().astype(nctype.numpy))
+
+
+def _fill(dataset, nctype) -> object:
+    """What HDF5 gives for never-written data: the fill value, or None for no fill (netCDF's NoFill)."""
+    from h5py import h5d
+
+    plist = dataset.id.get_create_plist()
+    if plist.get_fill_time() == h5d.FILL_TIME_NEVER or plist.fill_value_defined() == h5d.FILL_VALUE_UNDEFINED:
+        return None
+    value = dataset.fillvalue
+    if nctype is CHAR:
+        return bytes(np.asarray(value, dtype="S1").tobytes()[:1]) or b"\x00"
+    return np.asarray(value).astype(nctype.numpy)[()]
+
+
+def _parsed_dtype(nctype, storage_dtype: np.dtype) -> ParsedDtype:
+    if nctype is STRING:
+        return ParsedDtype(STRING, storage_dtype, False, storage_dtype.itemsize)
+    return ParsedDtype(nctype, storage_dtype, storage_dtype.byteorder in "<>")
+
+
+def _strings(dataset, file: SourceFile) -> Storage:
+    """NC_STRING data: values only (HDF5 keeps each string in its global heap), read once."""
+    shape = tuple(int(n) for n in dataset.shape)
+    values: list = []
+
+    def read() -> np.ndarray:
+        if not values:
+            text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(shape)
+            text[text == None] = ""  # noqa: E711 (element-wise): netCDF-C's unwritten strings
+            values.append(text)
+        return values[0]
+
+    return Storage(file.name, "values", shape, values=read)
+
+
+def _longest(storage: Storage) -> int:
+    """The longest string's UTF-8 length in bytes (the stored width)."""
+    flat = np.asarray(storage.values(), dtype=object).ravel()
+    return max((len(str(v).encode("utf-8", "surrogateescape")) for v in flat), default=1)
+
+
+def _storage(dataset, file: SourceFile, itemsize: int) -> Storage:
+    from h5py import h5d
+
+    source = file.name
+    plist = dataset.id.get_create_plist()
+    layout = plist.get_layout()
+    shape = tuple(int(n) for n in dataset.shape)
+
+    def values() -> np.ndarray:
+        return np.asarray(dataset[()])
+
+    def chunk_bytes(corner: tuple[int, ...]) -> bytes:
+        return bytes(dataset.id.read_direct_chunk(tuple(corner))[1])
+
+    common = {"read": file.read, "values": values, "chunk_bytes": chunk_bytes}
+    if layout == getattr(h5d, "VIRTUAL", 3):
+        return Storage(source, "contiguous", shape, problem="it is an HDF5 virtual dataset", **common)
+    if plist.get_external_count():
+        return Storage(source, "contiguous", shape, problem="its data is in external raw files", **common)
+    if layout == h5d.COMPACT:
+        return Storage(source, "values", shape, **common)
+    if layout == h5d.CONTIGUOUS:
+        storage = Storage(source, "contiguous", shape, offset=dataset.id.get_offset(), **common)
+        needed = math.prod(shape) * itemsize
+        if storage.offset is not None and dataset.id.get_storage_size() < needed:
+            storage.problem = (
+                f"its contiguous storage holds {dataset.id.get_storage_size()} of {needed} bytes"
+            )
+        return storage
+    chunks = tuple(int(n) for n in dataset.chunks)
+    storage = Storage(source, "chunked", shape, chunks, **common)
+    storage.codecs, storage.problem = _codecs(plist, itemsize, math.prod(chunks) * itemsize)
+    if storage.problem is None:
+        storage.problem = _read_chunk_index(storage, dataset)
+    return storage
+
+
+def _codecs(plist, itemsize: int, nbytes: int) -> tuple[list[dict], str | None]:
+    """The HDF5 filter pipeline as numcodecs configs (encode order), or why it has none."""
+    import numcodecs
+
+    configs: list[dict] = []
+    size: int | None = nbytes  # the buffer size each filter sees, while it is known
+    for position in range(plist.get_nfilters()):
+        code, _, values, name = plist.get_filter(position)
+        values = tuple(int(v) for v in values)
+        label = name.decode("latin-1", "replace") or f"id {code}"
+        if code == 1:
+            config = {"id": "zlib", "level": values[0] if values else 6}
+        elif code == 2:
+            element = values[0] if values else itemsize
+            if size is None:
+                return [], "its shuffle filter follows a compressor, which numcodecs cannot undo"
+            if size % element:
+                return [], (
+                    f"HDF5 shuffles a {size}-byte buffer of {element}-byte elements (fletcher32's checksum "
+                    "comes first), which numcodecs' shuffle cannot undo"
+                )
+            config = {"id": "shuffle", "elementsize": element}
+        elif code == 3:
+            config = {"id": "fletcher32"}
+            size = None if size is None else size + 4
+        elif code == 32015:
+            config = {"id": "zstd", "level": values[0] if values else 3}
+        elif code == 307:
+            config = {"id": "bz2", "level": values[0] if values else 9}
+        elif code == 32001:
+            level, shuffle, compressor = (values + (0,) * 7)[4:7] if len(values) >= 5 else (5, 1, 0)
+            cname = BLOSC_NAMES.get(compressor)
+            if cname is None:
+                return [], f"its blosc filter uses compressor {compressor}, unknown to numcodecs"
+            config = {"id": "blosc", "cname": cname, "clevel": level, "shuffle": shuffle, "blocksize": 0}
+        else:
+            return [], f"HDF5 filter {label!r} (id {code}) has no numcodecs codec decoding it"
+        if config["id"] in ("zlib", "zstd", "bz2", "blosc"):
+            size = None
+        try:
+            numcodecs.get_codec(dict(config))
+        except (ValueError, KeyError, TypeError) as exc:
+            return [], f"numcodecs here cannot decode HDF5 filter {label!r}: {exc}"
+        configs.append(config)
+    return configs, None
+
+
+def _read_chunk_index(storage: Storage, dataset) -> str | None:
+    """Record every allocated chunk (corner, byte offset, size); why they cannot be referenced, if so."""
+    dataset_id = dataset.id
+    skipped: list[tuple] = []
+
+    def visit(info) -> None:
+        if info.filter_mask:
+            skipped.append((info.chunk_offset, info.filter_mask))
+        storage.corners.extend(info.chunk_offset)
+        storage.offsets.append(info.byte_offset)
+        storage.sizes.append(info.size)
+
+    if 0 in storage.shape:
+        return None
+    if hasattr(dataset_id, "chunk_iter"):
+        try:
+            dataset_id.chunk_iter(visit)
+        except (RuntimeError, ValueError, OSError):  # chunk_iter needs HDF5 1.14
+            del storage.corners[:], storage.offsets[:], storage.sizes[:]
+            skipped.clear()
+            for index in range(dataset_id.get_num_chunks()):
+                visit(dataset_id.get_chunk_info(index))
+    else:
+        for index in range(dataset_id.get_num_chunks()):
+            visit(dataset_id.get_chunk_info(index))
+    if skipped:
+        corner, mask = skipped[0]
+        return (
+            f"its chunk at {tuple(corner)} skips filters (filter mask {mask:#x}): one Zarr codec chain "
+            "cannot decode chunks filtered differently"
+        )
+    return None

@@ -1,0 +1,254 @@
+"""Writing a planned virtual dataset: NCZarr metadata, references, inline and loaded data, in a manifest.
+
+The model is written through the format layer (``open_on`` on a
+:class:`~nczmap.zmap.manifest.ManifestMap`, with the copy tool's ``_copy_group``). A referenced variable's
+chunk keys refer to ``(file, offset, length)`` byte ranges of its sources; chunks under
+:data:`SMALL_CHUNK` bytes, and the last partial chunk of contiguous data split into pieces (padded with
+the fill value to a whole chunk), are stored in the manifest. A loaded variable is written as data:
+small chunks inline, larger ones in the manifest's chunk file beside it (:mod:`nczmap.zmap.sidecar`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from nczmap.api import format_options
+from nczmap.errors import AccessDenied, DatasetExists, FormatError, StorageError
+from nczmap.format import Dataset, open_on
+from nczmap.integrations.copy import _copy_group, _counterpart
+from nczmap.integrations.virtualize.combine import Plan, loaded_values
+from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
+from nczmap.integrations.virtualize.sources import SourceFile
+from nczmap.manifest.containers import Container, authorize, normalize
+from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
+from nczmap.url import ParsedURL, parse_url
+from nczmap.zmap import open_map
+
+SMALL_CHUNK = 100  # chunks smaller than this are kept in the manifest: a reference would cost more
+Progress = Callable[[int, int], None]
+Entry = tuple[int, int] | bytes  # a byte range of the source, or the chunk's bytes
+
+
+def manifest_url(destination: str | os.PathLike[str], sources: list[SourceFile]) -> ParsedURL:
+    """The destination as a manifest URL; refused where it would overwrite a source or another file."""
+    url = parse_url(destination)
+    if url.driver != "manifest":
+        if url.driver != DEFAULT_DRIVER[S3 if url.on_s3 else LOCAL]:
+            raise FormatError(
+                f"{url.original!r} names the {url.driver} driver; the destination is a manifest"
+            )
+        # spelled out again rather than with_modes("manifest"): that keeps "file" as the driver
+        words = [w for w in url.modes if w not in DRIVERS] + ["manifest"]
+        others = [f"{k}={v}" if v else k for k, v in url.fragment.items() if k != "mode"]
+        url = parse_url(url.geturl().partition("#")[0] + "#" + "&".join(["mode=" + ",".join(words), *others]))
+    if url.zarr:
+        raise FormatError(
+            f"{url.original!r}: a virtual dataset keeps its netCDF model (mode nczarr, not zarr)"
+        )
+    if url.on_s3:
+        if any(normalize(url.location, None) == file.url for file in sources):
+            raise DatasetExists(f"refusing to write the manifest over its source {url.original!r}")
+        return url
+    path = os.path.realpath(url.path)
+    if any(file.url == "file://" + path for file in sources):
+        raise DatasetExists(f"refusing to write the manifest over its source {url.original!r}")
+    if os.path.isdir(path) and not path.endswith((".parq", ".parquet")):
+        raise DatasetExists(
+            f"{url.original!r} is a directory; the manifest is one kerchunk JSON file (or a new .parq "
+            "directory)"
+        )
+    if os.path.isfile(path):
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(64).lstrip()
+        except OSError as exc:
+            raise StorageError(f"cannot read {url.original!r}: {exc.strerror or exc}") from exc
+        if head and not head.startswith(b"{"):
+            raise DatasetExists(
+                f"{url.original!r} exists and is not a kerchunk JSON manifest: not replacing it"
+            )
+    return url
+
+
+def write(
+    plan: Plan,
+    url: ParsedURL,
+    grants: list[str | Container],
+    netcdf_version: str | None,
+    progress: Progress | None,
+    files: list[SourceFile],
+    result,
+) -> None:
+    """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``."""
+    zmap = open_map(url, "w", containers=grants)
+    try:
+        for source in plan.sources:
+            try:
+                authorize(normalize(source, None), None, zmap.containers, source)
+            except AccessDenied as exc:
+                raise AccessDenied(f"the manifest may not refer to {source}: {exc}") from None
+        if not url.on_s3:
+            zmap.keep_large_chunks_beside()
+        target = open_on(zmap, "w", format_options(url, netcdf_version))
+    except BaseException:
+        zmap.abort()
+        raise
+    with target:
+        variables = _keep_writable(plan, target, result)
+        _copy_group(plan.root, target)
+        total = sum(_entry_count(v) for v in variables if not v.load)
+        done = 0
+        for variable in variables:
+            dest = _counterpart(target, variable)
+            if variable.load:
+                _write_loaded(variable, dest)
+                result.loaded.append(variable.key)
+                continue
+            for storage, shift in zip(variable.storages, variable.shifts, strict=True):
+                source = normalize(storage.source, None)
+                for index, entry in _entries(variable, storage, shift):
+                    key = dest.chunk_key(index)
+                    if isinstance(entry, bytes):
+                        zmap.write(key, entry)
+                        result.inline += 1
+                    else:
+                        zmap.set_reference(key, source, *entry)
+                        result.references += 1
+                    done += 1
+                    if progress is not None and (done == total or done % max(1, total // 200) == 0):
+                        progress(done, total)
+        for file in files:
+            file.check_unchanged()  # raising here abandons the manifest unwritten
+            zmap.manifest.sources[file.url] = file.recorded()
+        result.variables = len(variables)
+
+
+def _write_loaded(variable: SourceVariable, dest) -> None:
+    values = loaded_values(variable)
+    if variable.layout.dtype.nctype.name == "char" and values.dtype.kind == "U":
+        values = np.char.encode(values, "utf-8")
+    dest[...] = values
+
+
+def _keep_writable(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
+    """Take refused variables out of the model (so ``_copy_group`` leaves them out), and refuse what the
+    chosen dialect cannot hold."""
+    kept = []
+    for variable in plan.variables:
+        storage = variable.layout.dtype.storage
+        big_endian = storage.byteorder == ">" and storage.itemsize > 1
+        if big_endian and not target.dialect.big_endian_safe and not variable.load:
+            result.refused.append(
+                Refusal(
+                    variable.key,
+                    f"it is big-endian, which netcdf-c {target.dialect.releases} reads wrongly (choose a "
+                    "later --netcdf-version)",
+                    variable.storages[0].source,
+                )
+            )
+            continue
+        if big_endian and not target.dialect.big_endian_safe:
+            variable.layout.dtype = type(variable.layout.dtype)(
+                variable.layout.dtype.nctype, storage.newbyteorder("<"), True
+            )
+        kept.append(variable)
+    keep = {id(v) for v in kept}
+    for group in plan.root.walk():
+        for name in [n for n, v in group.variables.items() if id(v) not in keep]:
+            del group.variables[name]
+    return kept
+
+
+def _entry_count(variable: SourceVariable) -> int:
+    return sum(sum(1 for _ in _entries(variable, s, 0, count_only=True)) for s in variable.storages)
+
+
+def _entries(
+    variable: SourceVariable, storage: Storage, shift: int, count_only: bool = False
+) -> Iterator[tuple[tuple[int, ...], Entry | None]]:
+    """``(chunk index, entry)`` for every chunk of ``storage`` holding data. Indices are shifted by
+    ``shift`` chunks along the joined axis."""
+    if storage.kind == "chunked":
+        yield from _chunked_entries(variable, storage, shift, count_only)
+    elif storage.offset is not None and 0 not in storage.shape:  # None: never written, all fill
+        yield from _contiguous_entries(variable, storage, shift, count_only)
+
+
+def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int, count_only: bool):
+    chunks, axis = variable.layout.chunks, variable.axis
+    ndim = len(storage.chunks)
+    shape = storage.shape
+    for number in range(len(storage.offsets)):
+        corner = tuple(storage.corners[number * ndim : (number + 1) * ndim])
+        if any(c >= n for c, n in zip(corner, shape, strict=True)):
+            continue  # beyond the current extent (the dataset was shrunk): never read
+        index = [c // k for c, k in zip(corner, chunks, strict=True)]
+        if axis is not None:
+            index[axis] += shift
+        if count_only:
+            yield tuple(index), None
+            continue
+        size = storage.sizes[number]
+        if size < SMALL_CHUNK:
+            if storage.chunk_bytes is not None:
+                yield tuple(index), storage.chunk_bytes(corner)
+            else:
+                yield tuple(index), storage.read(storage.offsets[number], size)
+        else:
+            yield tuple(index), (storage.offsets[number], size)
+
+
+def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int, count_only: bool):
+    """Chunks ``(1, ..., 1, k, full...)`` of contiguous C-order bytes: each a byte range, but a last,
+    partial one along the split axis, read and padded with the fill value to a whole chunk."""
+    layout, axis = variable.layout, variable.axis
+    shape = storage.shape
+    itemsize = layout.dtype.storage.itemsize
+    if not shape:
+        yield from _scalar_entry(storage, itemsize, count_only)
+        return
+    split, rows_per_chunk = variable.split, layout.chunks[variable.split]
+    counts = [*shape[:split], math.ceil(shape[split] / rows_per_chunk)]
+    tail = math.prod(shape[split + 1 :]) * itemsize  # the bytes of one row along the split axis
+    whole = rows_per_chunk * tail
+    for flat in range(math.prod(counts)):
+        where = [int(i) for i in np.unravel_index(flat, counts)]
+        index = [*where, *(0 for _ in shape[split + 1 :])]
+        if axis is not None:
+            index[axis] += shift
+        if count_only:
+            yield tuple(index), None
+            continue
+        lead = int(np.ravel_multi_index(where[:split], shape[:split])) if split else 0
+        first_row = where[split] * rows_per_chunk
+        start = storage.offset + (lead * shape[split] + first_row) * tail
+        length = min(rows_per_chunk, shape[split] - first_row) * tail
+        if length < whole or length < SMALL_CHUNK:
+            yield (
+                tuple(index),
+                storage.read(start, length) + _fill_bytes(variable, (whole - length) // itemsize),
+            )
+        else:
+            yield tuple(index), (start, length)
+
+
+def _scalar_entry(storage: Storage, itemsize: int, count_only: bool):
+    if count_only:
+        yield (), None
+    elif itemsize < SMALL_CHUNK:
+        yield (), storage.read(storage.offset, itemsize)
+    else:
+        yield (), (storage.offset, itemsize)
+
+
+def _fill_bytes(variable: SourceVariable, count: int) -> bytes:
+    if count <= 0:
+        return b""
+    dtype = variable.layout.dtype.storage
+    fill = variable.layout.fill_value
+    values = np.zeros(count, dtype=dtype) if fill is None else np.full(count, fill, dtype=dtype)
+    return values.tobytes()

@@ -1,0 +1,126 @@
+"""What a parser yields: the netCDF model of one source file and, per variable, where its data is.
+
+Every source format (netCDF-4/HDF5, netCDF-3, TIFF) is one parser module with two functions:
+
+- ``sniff(read, size) -> bool``: whether the bytes (``read(offset, length)``, ``size`` bytes in all) are
+  this format;
+- ``parse(file, options) -> ParsedFile``: the model. ``file`` is a :class:`~.sources.SourceFile` (``name``,
+  ``url``, ``size``, ``read(offset, length)``); ``options`` a :class:`ParseOptions`.
+
+The model is the format layer's (:class:`~nczmap.format.Group`, :class:`~nczmap.format.Dimension`, typed
+attributes) with :class:`SourceVariable` variables, each holding one :class:`Storage` per source file.
+A storage is one of three kinds:
+
+- ``chunked``: a regular grid of chunks of ``chunks`` elements, each allocated chunk a byte range
+  (``corners`` / ``offsets`` / ``sizes`` flat columns; unallocated chunks are simply absent and read as
+  the fill value), decoded by ``codecs`` (numcodecs configs in encode order, compressor last);
+- ``contiguous``: the whole variable's raw bytes from ``offset`` (C order, the storage dtype), which the
+  combiner splits into chunks of whole rows (``offset`` None: never written, every value is the fill);
+- ``values``: no byte range describes the data (NC_STRING, computed coordinates, chunks the manifest
+  cannot express): ``values()`` returns the whole array as the netCDF API reads it, and the data is stored
+  inline or as native chunks.
+
+``problem`` on a ``chunked``/``contiguous`` storage says why its bytes cannot be referenced; the variable
+is then loaded through ``values()`` when the parser gives one, refused otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nczmap.errors import FormatError
+from nczmap.format import Group, Variable
+from nczmap.format.variable import ArrayLayout
+
+
+class NotVirtualizable(FormatError):
+    """A variable (or a whole source) whose data cannot be described as references a manifest holds."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A variable (or one attribute of a variable or group) left out of the manifest, and why."""
+
+    variable: str  # its path in the dataset, e.g. "/g/v" (a group's path for a group attribute)
+    reason: str
+    source: str  # the file whose storage or type is the problem
+    attribute: str | None = None  # only this attribute was left out
+
+    def __str__(self) -> str:
+        if self.attribute is not None:
+            return (
+                f"attribute {self.attribute!r} of {self.variable!r} in {self.source} left out: {self.reason}"
+            )
+        return f"variable {self.variable!r} of {self.source} not virtualized: {self.reason}"
+
+
+@dataclass
+class ParseOptions:
+    """What the user asked for that a parser must know while reading."""
+
+    max_chunk_bytes: int = 8 << 20  # contiguous data is referenced in pieces no larger than this
+
+
+@dataclass
+class Storage:
+    """Where one file keeps one variable's data."""
+
+    source: str  # the file's name (messages and refusals): its real path or URL
+    kind: str  # "chunked", "contiguous" or "values"
+    shape: tuple[int, ...]
+    chunks: tuple[int, ...] = ()  # chunked: the chunk shape, in elements
+    codecs: list[dict] = field(default_factory=list)  # numcodecs configs, encode order
+    offset: int | None = None  # contiguous: where the bytes start (None: never written)
+    problem: str | None = None  # why the bytes cannot be referenced
+    # chunked: every allocated chunk as flat columns (corner element per axis, byte offset, byte size)
+    corners: array = field(default_factory=lambda: array("q"))
+    offsets: array = field(default_factory=lambda: array("q"))
+    sizes: array = field(default_factory=lambda: array("q"))
+    read: Callable[[int, int], bytes] | None = None  # the source's bytes (small chunks are inlined)
+    values: Callable[[], object] | None = None  # the whole array as a numpy array (loading)
+    chunk_bytes: Callable[[tuple[int, ...]], bytes] | None = None  # a chunk's stored bytes by corner
+
+    def add_chunk(self, corner: tuple[int, ...], offset: int, size: int) -> None:
+        self.corners.extend(corner)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+
+    @property
+    def chunk_count(self) -> int:
+        return len(self.offsets)
+
+
+class SourceVariable(Variable):
+    """A variable read from a source file: the model plus where each source keeps its data."""
+
+    def __init__(self, group: Group, name: str, dims, layout: ArrayLayout, storage: Storage) -> None:
+        super().__init__(group, name, dims, layout)
+        self.storages = [storage]
+        self.shifts = [0]  # where each storage starts along the joined axis (elements, then chunks)
+        self.axis: int | None = None  # the joined dimension's axis, when the variable uses it
+        self.load = False  # stored as data (inline or native chunks), not references
+        self.twins: list[SourceVariable] = []  # the same variable in the other files joined (in order)
+        self.split = 0  # contiguous data: the axis its chunks split (chunks 1 before it, whole after)
+
+
+@dataclass
+class ParsedFile:
+    """One source's netCDF model (variables are :class:`SourceVariable`) and what was left out."""
+
+    source: str
+    root: Group
+    refused: list[Refusal] = field(default_factory=list)
+    format: str = ""  # the parser's name: "netcdf4", "netcdf3", "tiff"
+    closers: list[Callable[[], None]] = field(default_factory=list)  # what ``close`` releases
+
+    def close(self) -> None:
+        """Release what the parser keeps open for reading values and small chunks later."""
+        while self.closers:
+            self.closers.pop()()
+
+
+def element_count(shape: tuple[int, ...]) -> int:
+    return math.prod(shape) if shape else 1
