@@ -826,8 +826,8 @@ def test_s3_sources_that_are_missing_or_of_no_known_format_are_refused_by_name(t
         virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"], tmp_path / "refs.json")
     with pytest.raises(StorageError, match=re.escape(f"s3://{BUCKET}/{key}-gone does not exist")):
         virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}-gone#mode=s3"], tmp_path / "refs.json")
-    with pytest.raises(FormatError, match="local files or S3 objects"):
-        virtualize(["https://example.com/data.nc"], tmp_path / "refs.json")  # a web server, not S3
+    with pytest.raises(StorageError, match=re.escape("http://127.0.0.1:9/data.nc")):
+        virtualize(["http://127.0.0.1:9/data.nc"], tmp_path / "refs.json")  # a web server nobody runs
     with pytest.raises(FormatError, match=re.escape("cannot virtualize 'gs://bucket/data.nc'")):
         virtualize(["gs://bucket/data.nc"], tmp_path / "refs.json")
     assert not (tmp_path / "refs.json").exists()

@@ -51,14 +51,72 @@ def source_files(sources: Sequence[str | os.PathLike[str]]) -> list[SourceFile]:
 
 
 def _expand(source: str | os.PathLike[str]) -> list[str | os.PathLike[str]]:
-    """A local glob pattern's matches (sorted); anything else as it is."""
+    """A local glob pattern's matches, or the objects under an S3 prefix (``s3://bucket/dir/``, or a
+    pattern ``s3://bucket/dir/*.nc``), sorted; anything else as it is."""
     text = os.fspath(source)
-    if isinstance(source, os.PathLike) or "://" in text or not glob.has_magic(text):
+    if isinstance(source, os.PathLike):
         return [source]
-    matches = sorted(glob.glob(text))
-    if not matches:
-        raise FormatError(f"no file matches {text!r}")
-    return matches
+    if "://" not in text:
+        if not glob.has_magic(text):
+            return [source]
+        matches = sorted(glob.glob(text))
+        if not matches:
+            raise FormatError(f"no file matches {text!r}")
+        return matches
+    if _is_http(text):
+        return [source]
+    url = _parse(text)
+    folder = text.partition("#")[0].endswith("/")
+    if url.on_s3 and (folder or not url.path or glob.has_magic(url.path)):
+        return _s3_matches(url, text)
+    return [source]
+
+
+def _s3_matches(url: ParsedURL, text: str) -> list[str]:
+    import fnmatch
+
+    import obstore
+
+    folder, pattern = (url.path, "*") if not glob.has_magic(url.path) else posixpath.split(url.path)
+    folder = folder.rstrip("/")
+    store = byteranges.s3_store(url.bucket, endpoint=url.endpoint, region=url.region, profile=url.profile)
+    try:
+        listing = obstore.list_with_delimiter(store, folder + "/" if folder else None)
+    except Exception as exc:
+        error = byteranges.store_error(exc, f"list {text}", url.bucket)
+        raise error or StorageError(f"cannot list {text}") from exc
+    objects = listing["objects"]
+    names = sorted(o["path"] for o in objects if fnmatch.fnmatchcase(posixpath.basename(o["path"]), pattern))
+    if not names:
+        raise FormatError(f"no object matches {text!r}")
+    return [_object_url(text, url, name) for name in names]
+
+
+def _object_url(text: str, url: ParsedURL, key: str) -> str:
+    """The source URL of object ``key`` spelled as the user spelled the prefix (endpoint, fragment)."""
+    base, sep, fragment = text.partition("#")
+    base = base.rstrip("/")
+    head = base[: len(base) - len(url.path)] if url.path and base.endswith(url.path) else base
+    if not head.endswith("/"):
+        head += "/"
+    return head + key + (sep + fragment if sep else "")
+
+
+def _is_http(text: str) -> bool:
+    """A plain web URL: http(s), no ``#mode=s3`` fragment, not an AWS S3 host (those are S3 objects)."""
+    from urllib.parse import urlsplit
+
+    if not text.lower().startswith(("http://", "https://")) or "#" in text:
+        return False
+    host = (urlsplit(text).hostname or "").lower()
+    return not (host == "amazonaws.com" or host.endswith(".amazonaws.com"))
+
+
+def _parse(text: str) -> ParsedURL:
+    try:
+        return parse_url(text)
+    except URLError as exc:
+        raise FormatError(f"cannot virtualize {text!r}: {exc}") from None
 
 
 def source_file(source: str | os.PathLike[str]) -> SourceFile:
@@ -67,12 +125,13 @@ def source_file(source: str | os.PathLike[str]) -> SourceFile:
         return LocalFile(os.path.realpath(text), text)
     if text.startswith("file://"):
         return LocalFile(normalize(text, None)[len("file://") :], text)
-    try:
-        url = parse_url(text)
-    except URLError as exc:
-        raise FormatError(f"cannot virtualize {text!r}: {exc}") from None
+    if _is_http(text):
+        return HttpFile(text)
+    url = _parse(text)
     if not url.on_s3 or not url.path or url.path.endswith("/"):
-        raise FormatError(f"cannot virtualize {text!r}: sources must be local files or S3 objects")
+        raise FormatError(
+            f"cannot virtualize {text!r}: sources must be local files, S3 objects or http(s) URLs"
+        )
     return ObjectFile(url)
 
 
@@ -266,12 +325,68 @@ class ObjectFile(SourceFile):
         self.reader.close()
 
 
+class HttpFile(SourceFile):
+    """A file on a web server: one HEAD (size, ETag), then range GETs (no redirect is followed:
+    :mod:`nczmap.zmap.http`). References name its canonical URL."""
+
+    def __init__(self, text: str) -> None:
+        from nczmap.zmap.http import HttpReader
+
+        self.url = self.name = normalize(text, None)  # AccessDenied for metadata hosts and the like
+        self.shown = text
+        self.http = HttpReader(self.url)
+        try:
+            head = self.http.head()
+        except BaseException:
+            self.http.close()
+            raise
+        self.size, self.etag = head.size, head.etag
+        self.reader = RangeReader(self)
+
+    @property
+    def error(self) -> Exception | None:
+        return self.reader.error
+
+    def open(self, h5py):
+        self.reader.seek(0)
+        try:
+            return h5py.File(self.reader, "r")
+        except OSError as exc:
+            if self.reader.error is not None:
+                raise self.reader.error from None
+            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = self.reader.pread(offset, length)
+        if len(data) != length:
+            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
+        return data
+
+    def get(self, start: int, end: int) -> bytes:
+        return self.http.read(start, end - start)
+
+    def grant(self) -> str:
+        return self.url.rsplit("/", 1)[0] + "/"
+
+    def recorded(self) -> dict:
+        return {"size": self.size, **({"etag": self.etag} if self.etag else {})}
+
+    def check_unchanged(self) -> None:
+        head = self.http.head()
+        if (head.size, head.etag) != (self.size, self.etag):
+            raise StorageError(f"the source {self.name} changed while it was being virtualized; run again")
+
+    def close(self) -> None:
+        self.reader.close()
+        self.http.close()
+
+
 class RangeReader(io.RawIOBase):
     """A read-only, seekable file over an S3 object for h5py: aligned blocks of :data:`BLOCK` bytes, the
     missing ones of a read fetched in one GET, the last :data:`CACHED_BLOCKS` kept; reads larger than half
     the cache go straight through. ``requests`` counts the GETs."""
 
-    def __init__(self, source: ObjectFile) -> None:
+    def __init__(self, source: ObjectFile | HttpFile) -> None:
         super().__init__()
         self.source = source
         self.size = source.size
