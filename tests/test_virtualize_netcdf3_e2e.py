@@ -7,12 +7,11 @@ netCDF4-python; the comparison is the one tests/test_virtualize.py makes for net
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_virtualize import manifest_url, nczmap_command, run
 
 import nczmap
 
@@ -26,21 +25,6 @@ FORMATS = ["NETCDF3_CLASSIC", "NETCDF3_64BIT_OFFSET", "NETCDF3_64BIT_DATA"]
 CLASSIC_TYPES = ["i1", "i2", "i4", "f4", "f8"]
 CDF5_TYPES = [*CLASSIC_TYPES, "u1", "u2", "u4", "i8", "u8"]
 
-
-def nczmap_command(*args: str | Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nczmap", *map(str, args)], capture_output=True, timeout=TIMEOUT, check=False
-    )
-
-
-def run(*args: str | Path) -> bytes:
-    done = subprocess.run(list(map(str, args)), capture_output=True, timeout=TIMEOUT, check=False)
-    assert done.returncode == 0, f"{args} failed: {done.stderr.decode(errors='replace')}"
-    return done.stdout
-
-
-def manifest_url(path: Path) -> str:
-    return f"file://{path}#mode=nczarr,manifest"
 
 
 def write_source(path: Path, fmt: str, records: int = 3) -> None:

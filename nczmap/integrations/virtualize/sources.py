@@ -246,7 +246,35 @@ class LocalFile(SourceFile):
             self.fd = -1
 
 
-class ObjectFile(SourceFile):
+class RemoteFile(SourceFile):
+    """A remote object read through a :class:`RangeReader` (blocks cached); subclasses ``get`` ranges."""
+
+    reader: RangeReader
+
+    @property
+    def error(self) -> Exception | None:
+        return self.reader.error
+
+    def open(self, h5py):
+        self.reader.seek(0)
+        try:
+            return h5py.File(self.reader, "r")
+        except OSError as exc:
+            if self.reader.error is not None:
+                raise self.reader.error from None
+            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = self.reader.pread(offset, length)
+        if len(data) != length:
+            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
+        return data
+
+    def get(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+
+class ObjectFile(RemoteFile):
     """An S3 object: one HEAD (size, ETag), then ranged GETs conditional on that ETag."""
 
     def __init__(self, url: ParsedURL) -> None:
@@ -268,25 +296,6 @@ class ObjectFile(SourceFile):
         self.size = int(meta["size"])
         self.etag = meta.get("e_tag")
         self.reader = RangeReader(self)
-
-    @property
-    def error(self) -> Exception | None:
-        return self.reader.error
-
-    def open(self, h5py):
-        self.reader.seek(0)
-        try:
-            return h5py.File(self.reader, "r")
-        except OSError as exc:
-            if self.reader.error is not None:
-                raise self.reader.error from None
-            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
-
-    def read(self, offset: int, length: int) -> bytes:
-        data = self.reader.pread(offset, length)
-        if len(data) != length:
-            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
-        return data
 
     def grant(self) -> Container:
         folder = posixpath.dirname(self.key)
@@ -325,7 +334,7 @@ class ObjectFile(SourceFile):
         self.reader.close()
 
 
-class HttpFile(SourceFile):
+class HttpFile(RemoteFile):
     """A file on a web server: one HEAD (size, ETag), then range GETs (no redirect is followed:
     :mod:`nczmap.zmap.http`). References name its canonical URL."""
 
@@ -342,25 +351,6 @@ class HttpFile(SourceFile):
             raise
         self.size, self.etag = head.size, head.etag
         self.reader = RangeReader(self)
-
-    @property
-    def error(self) -> Exception | None:
-        return self.reader.error
-
-    def open(self, h5py):
-        self.reader.seek(0)
-        try:
-            return h5py.File(self.reader, "r")
-        except OSError as exc:
-            if self.reader.error is not None:
-                raise self.reader.error from None
-            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
-
-    def read(self, offset: int, length: int) -> bytes:
-        data = self.reader.pread(offset, length)
-        if len(data) != length:
-            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
-        return data
 
     def get(self, start: int, end: int) -> bytes:
         return self.http.read(start, end - start)
@@ -386,7 +376,7 @@ class RangeReader(io.RawIOBase):
     missing ones of a read fetched in one GET, the last :data:`CACHED_BLOCKS` kept; reads larger than half
     the cache go straight through. ``requests`` counts the GETs."""
 
-    def __init__(self, source: ObjectFile | HttpFile) -> None:
+    def __init__(self, source: RemoteFile) -> None:
         super().__init__()
         self.source = source
         self.size = source.size
