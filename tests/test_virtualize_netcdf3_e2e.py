@@ -20,7 +20,6 @@ netCDF4 = pytest.importorskip("netCDF4")
 from nczmap.integrations.virtualize import virtualize  # noqa: E402
 
 NCDUMP = shutil.which("ncdump")
-TIMEOUT = 120
 FORMATS = ["NETCDF3_CLASSIC", "NETCDF3_64BIT_OFFSET", "NETCDF3_64BIT_DATA"]
 CLASSIC_TYPES = ["i1", "i2", "i4", "f4", "f8"]
 CDF5_TYPES = [*CLASSIC_TYPES, "u1", "u2", "u4", "i8", "u8"]
