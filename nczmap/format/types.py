@@ -11,6 +11,8 @@ from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format.jsonutil import special_float
 
+MAX_ITEMSIZE = 2**31 - 1  # numpy's largest item: wider fixed-length strings have no dtype
+
 
 @dataclass(frozen=True)
 class NCType:
@@ -144,6 +146,8 @@ def _parse_dtype(text: str, pure_zarr: bool) -> ParsedDtype | str:
         return ""
     if letter == "S":
         width = int(size)
+        if width > MAX_ITEMSIZE:
+            return f": a width of {width} bytes is more than the {MAX_ITEMSIZE} a value can have"
         if width == 1 and order == ">" and not pure_zarr:
             return ParsedDtype(CHAR, "S1", False)
         return ParsedDtype(STRING, f"S{width}", False, width)

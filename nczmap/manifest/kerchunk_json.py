@@ -16,7 +16,7 @@ import base64
 import json
 
 from nczmap.errors import FormatError
-from nczmap.manifest.model import WHOLE, Manifest, Reference
+from nczmap.manifest.model import WHOLE, Manifest, Reference, checked_sources
 
 EXTENSION = "nczmap"  # top-level key of nczmap's additions (ignored by kerchunk and fsspec)
 
@@ -58,8 +58,8 @@ def load(data: bytes, where: str) -> Manifest:
     manifest = Manifest(templates)
     manifest.entries = _checked_refs(document.get("refs") or {}, where)
     extension = document.get(EXTENSION)
-    if isinstance(extension, dict) and isinstance(extension.get("sources"), dict):
-        manifest.sources.update(extension["sources"])
+    if isinstance(extension, dict) and "sources" in extension:
+        manifest.sources.update(checked_sources(extension["sources"], where))
     return manifest
 
 

@@ -33,7 +33,16 @@ from typing import NamedTuple
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import DatasetNotFound, FormatError, KeyNameError
-from nczmap.manifest.model import INLINE, MISSING, WHOLE, ArrayReferences, Manifest, Reference, resolve
+from nczmap.manifest.model import (
+    INLINE,
+    MISSING,
+    WHOLE,
+    ArrayReferences,
+    Manifest,
+    Reference,
+    checked_sources,
+    resolve,
+)
 from nczmap.zmap.keys import normalize_key
 
 METADATA = ".zmetadata"
@@ -87,8 +96,8 @@ def load(read: Reader, where: str) -> Manifest:
             _check_field(array, place)
             grids[array] = _grid(value, key, place)
     extension = document.get(EXTENSION)
-    if isinstance(extension, dict) and isinstance(extension.get("sources"), dict):
-        manifest.sources.update(extension["sources"])
+    if isinstance(extension, dict) and "sources" in extension:
+        manifest.sources.update(checked_sources(extension["sources"], where))
     for array, grid in grids.items():
         manifest.arrays[array] = _load_array(read, where, array, grid, record_size)
     return manifest

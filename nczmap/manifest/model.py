@@ -14,6 +14,7 @@ is how the scalable forms load; loose references (the JSON form) stay as parsed 
 from __future__ import annotations
 
 import base64
+import binascii
 import bisect
 import json
 import math
@@ -234,14 +235,62 @@ def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:
         if len(value) == 3:
             url, offset, length = value
             if type(url) is str and type(offset) is int and type(length) is int and offset >= 0 <= length:
-                return Reference(expand(url, templates, key) if "{{" in url else url, offset, length)
+                return Reference(_checked_url(expand(url, templates, key), key), offset, length)
         elif len(value) == 1 and type(value[0]) is str:
-            return Reference(expand(value[0], templates, key))
+            return Reference(_checked_url(expand(value[0], templates, key), key))
     elif isinstance(value, str):
-        return base64.b64decode(value[7:]) if value.startswith("base64:") else value.encode("utf-8")
+        return _base64(value[7:], key) if value.startswith("base64:") else _utf8(value, key)
     elif isinstance(value, dict):
         return json.dumps(value).encode("utf-8")  # a JSON object value holds its own text (as fsspec)
     raise FormatError(f"manifest key {key!r}: {str(value)[:200]!r} is not a kerchunk reference")
+
+
+def _checked_url(url: str, key: str) -> str:
+    """``url``, refused when no file system or server could be asked for it (JSON can spell a lone
+    surrogate, which has no UTF-8; a NUL ends a C string, so the path checked would not be the one opened)."""
+    if "\x00" in url:
+        raise FormatError(f"manifest key {key!r}: the reference URL {url!r} holds a NUL character")
+    if not url.isascii():
+        _utf8(url, key, "the reference URL")
+    return url
+
+
+def _utf8(text: str, key: str, what: str = "the value") -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(
+            f"manifest key {key!r}: {what} {text!r} is not valid Unicode (a lone surrogate)"
+        ) from None
+
+
+def _base64(text: str, key: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise FormatError(f"manifest key {key!r}: {text[:60]!r} is not base64 ({exc})") from None
+
+
+def checked_sources(sources: object, where: str) -> dict[str, dict]:
+    """The ``"sources"`` of nczmap's manifest extension (``{url: {"size", "mtime" or "etag"}}``), checked:
+    what the tamper checks compare must be there in the form they compare."""
+    if not isinstance(sources, dict):
+        kind = type(sources).__name__
+        raise FormatError(f"{where}: 'sources' of the 'nczmap' key must be an object of sources, not {kind}")
+    for url, recorded in sources.items():
+        if not isinstance(recorded, dict):
+            kind = type(recorded).__name__
+            raise FormatError(f"{where}: the recorded source {url!r} must be an object, not {kind}")
+        for name, kind in _RECORDED.items():
+            if name in recorded and type(recorded[name]) is not kind:  # type(): a bool is no size
+                value = str(recorded[name])[:60]
+                raise FormatError(
+                    f"{where}: the recorded {name} of {url!r} is {value!r}, not {kind.__name__}"
+                )
+    return sources
+
+
+_RECORDED = {"size": int, "mtime": int, "etag": str}  # mtime: nanoseconds since the epoch
 
 
 def expand(url: str, templates: dict[str, str], key: str) -> str:

@@ -31,7 +31,15 @@ import zipfile
 import zlib
 from typing import IO, NamedTuple
 
-from nczmap.errors import DatasetExists, DatasetNotFound, EmptyError, NCZError, StorageError, from_os_error
+from nczmap.errors import (
+    DatasetExists,
+    DatasetNotFound,
+    EmptyError,
+    KeyNameError,
+    NCZError,
+    StorageError,
+    from_os_error,
+)
 from nczmap.url import ParsedURL
 from nczmap.zmap import locking
 from nczmap.zmap.base import STORE_MARKERS, ZMap
@@ -48,6 +56,7 @@ _ENCRYPTED = 0x01
 _DATA_DESCRIPTOR = 0x08
 _COPY_BLOCK = 4 << 20
 _READ_BLOCK = 1 << 20  # compressed bytes read and decompressed at a time
+MAX_NAME_BYTES = 0xFFFF  # a member name's length is a 16-bit field of both headers
 
 
 class Staged(NamedTuple):
@@ -276,6 +285,7 @@ class ZipMap(ZMap):
     def _write(self, key: str, data: memoryview) -> None:
         # Writes may come from several threads (chunk copies): each reserves its own stretch of the
         # staging file, then they write at once; the object appears only when all its bytes are there.
+        self._check_name(key)
         with self._lock:
             self._index.check_leaf(key, self._members, self.location)
             stage = self._staging_file()
@@ -289,6 +299,17 @@ class ZipMap(ZMap):
             self._members[key] = Staged(offset, len(data))
             self._index.add(key)
             self._dirty = True
+
+    def _check_name(self, key: str) -> None:
+        """Refuse a key whose member name a zip cannot hold, before anything is staged: found only at
+        ``close``, it would fail the whole commit and lose every other write of the session."""
+        size = len((self.prefix + key[1:]).encode("utf-8"))
+        if size > MAX_NAME_BYTES:
+            raise KeyNameError(
+                f"key {key[:60] + '...'!r} ({len(key)} characters) cannot be stored in zip archive "
+                f"{self.path!r}: its member name would be {size} bytes of UTF-8, and a zip member name "
+                f"holds at most {MAX_NAME_BYTES}"
+            )
 
     def _staging_file(self) -> IO[bytes]:
         if self._stage is None:
