@@ -99,6 +99,15 @@ def test_a_whole_reference_up_to_the_limit_still_reads(tmp_path):
     assert MAX_WHOLE_REFERENCE == 2 << 30
 
 
+@pytest.mark.parametrize("codec", [None, {"id": "zlib", "level": 1}], ids=["raw", "zlib"])
+def test_a_reference_longer_than_its_chunk_is_an_error_not_a_silent_cut(tmp_path, codec):
+    big = tmp_path / "big.bin"
+    big.write_bytes(bytes(range(16)) + bytes(4 << 20))  # 16 values, then 4 MiB the chunk cannot hold
+    url = manifest(tmp_path, ["big.bin"], codec=codec)
+    with pytest.raises(FormatError, match=r"'/v/0'"):
+        read_v(url)
+
+
 # ------------------------------------------------------------------------------------ C9: manifest values
 @pytest.mark.parametrize(
     "chunk, why",
@@ -187,11 +196,6 @@ def test_a_string_dtype_too_wide_for_numpy_skips_the_array_through_the_engine(tm
     assert result.returncode == 0 and "S99999999999" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the rank check belongs in nczmap/format/reader.py parse_layout (and zarr3.parse_array), "
-    "outside this change: until then numpy's ValueError escapes",
-)
 def test_a_rank_above_numpys_64_is_an_nczmap_error(tmp_path):
     url = store_with(tmp_path, [1] * 65, "<i4")
     with warnings.catch_warnings():

@@ -33,6 +33,7 @@ from nczmap.format.types import (
     FLOAT,
     STRING,
     NCType,
+    check_rank,
     convert_value,
     infer_json_type,
     parse_dtype,
@@ -477,6 +478,7 @@ def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
     shape, chunks = zarray.get("shape"), zarray.get("chunks")
     if not _int_list(shape) or not _int_list(chunks) or len(shape) != len(chunks) or 0 in chunks:
         raise FormatError(f"array {key!r}: bad shape {shape!r} / chunks {chunks!r}")
+    check_rank(shape, key)
     separator = zarray.get("dimension_separator", ".")
     order = zarray.get("order", "C")
     if separator not in (".", "/") or order not in ("C", "F"):

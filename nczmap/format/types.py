@@ -12,6 +12,7 @@ from nczmap.errors import FormatError
 from nczmap.format.jsonutil import special_float
 
 MAX_ITEMSIZE = 2**31 - 1  # numpy's largest item: wider fixed-length strings have no dtype
+MAX_RANK = 64  # numpy's largest number of dimensions
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,12 @@ def _parse_dtype(text: str, pure_zarr: bool) -> ParsedDtype | str:
     if nctype is None:
         return ": not a netCDF atomic type"
     return ParsedDtype(nctype, ("=" if order == "|" else order) + body, order in "<>" and int(size) > 1)
+
+
+def check_rank(shape: list, key: str) -> None:
+    """FormatError naming the array when it has more dimensions than numpy can hold."""
+    if len(shape) > MAX_RANK:
+        raise FormatError(f"array {key!r}: {len(shape)} dimensions, more than numpy's {MAX_RANK}")
 
 
 def dtype_string(nctype: NCType, byteorder: str = "<", maxstrlen: int = 128, char: str = ">S1") -> str:

@@ -283,10 +283,20 @@ class Variable:
             if self.layout.shards is not None:
                 raw = self.layout.shards.read(zmap, key, tuple(chunk_index) or (0,))
             else:
-                raw = zmap.read(key)
+                raw = zmap.read(key, 0, self._stored_limit() + 1)
         except EmptyError:
             return None
+        if raw is not None and not self.layout.shards and len(raw) > self._stored_limit():
+            raise FormatError(f"chunk {key!r} holds more bytes than any encoding of its values takes")
         return None if raw is None else self.decode_chunk(raw, key)
+
+    def _stored_limit(self) -> int:
+        """The most bytes a stored chunk may hold: its values twice over and a MiB (codecs add little, but
+        a hostile whole-file reference could name gigabytes)."""
+        if self.layout.vlen:
+            return MEMORY_BYTES // 8
+        count = math.prod(self.layout.chunks) if self.layout.chunks else 1
+        return 2 * count * self.layout.dtype.chunk.itemsize + (1 << 20)
 
     def decode_chunk(self, raw: bytes, key: str) -> np.ndarray:
         storage = self.layout.dtype.chunk  # the bytes' own order (netcdf-c 4.8.0-4.9.2: host order, bug 18)

@@ -24,7 +24,7 @@ from typing import Any
 
 from nczmap.errors import FormatError
 from nczmap.format.codecs import CodecChain
-from nczmap.format.types import BY_LETTER, CHAR, STRING, NCType, ParsedDtype, convert_value
+from nczmap.format.types import BY_LETTER, CHAR, STRING, NCType, ParsedDtype, check_rank, convert_value
 from nczmap.format.variable import ArrayLayout, PendingFill
 from nczmap.format.zarr3_shard import ShardLayout
 
@@ -108,6 +108,7 @@ def parse_array(meta: dict, key: str) -> ArrayLayout:
     shape = meta.get("shape")
     if not _int_list(shape):
         raise FormatError(f"array {key!r}: bad shape {shape!r}")
+    check_rank(shape, key)
     chunks = _chunk_grid(meta.get("chunk_grid"), len(shape), key)
     kind = _data_type(meta.get("data_type"), key)
     if meta.get("storage_transformers"):

@@ -422,7 +422,9 @@ class ManifestMap(ZMap):
     # ----------------------------------------------------------------- coalesced reads
     def read_many_into(self, requests: Sequence[tuple[str, memoryview]]) -> list[int | None]:
         """Fill each buffer with its key's object (None where a key has no content), references read
-        together: per source, neighbouring ranges merged, the merged spans run concurrently."""
+        together: per source, neighbouring ranges merged, the merged spans run concurrently. The count
+        returned is the object's whole size, so a reference longer than its buffer shows as a chunk of
+        the wrong size to the caller, never as a silently shortened one."""
         results: list[int | None] = [None] * len(requests)
         by_source: dict[int, tuple[_Source, list[tuple[int, int, int, memoryview]]]] = {}
         for index, (key, buffer) in enumerate(requests):
@@ -431,12 +433,14 @@ class ManifestMap(ZMap):
             if entry is None:
                 continue
             if isinstance(entry, bytes):
-                results[index] = count = min(len(entry), len(buffer))
+                count = min(len(entry), len(buffer))
                 buffer[:count] = entry[:count]
+                results[index] = len(entry)
                 continue
             source = self._source(key, entry)
-            length = min(self._length(entry, source), len(buffer))
-            results[index] = length
+            whole = self._length(entry, source)
+            length = min(whole, len(buffer))
+            results[index] = whole
             by_source.setdefault(id(source), (source, []))[1].append((index, entry.offset, length, buffer))
         tasks = []
         for source, wanted in by_source.values():
