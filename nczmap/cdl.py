@@ -156,6 +156,9 @@ _COMMON_ESCAPES = {
     0x5C: b"\\\\", 0x27: b"\\'", 0x22: b'\\"',
 }  # fmt: skip
 _ATT_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b"\\n"}
+# netCDF-3 files: ncdump breaks a char attribute's text after each newline (not for netCDF-4 and NCZarr,
+# where that would read as a list of strings)
+_CLASSIC_ATT_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b'\\n",\n\t\t\t"'}
 _CHAR_DATA_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b'\\n",\n    "'}
 _STRING_DATA_ESCAPES = {**_COMMON_ESCAPES, 0x0A: b"\\n", 0x0B: b"\\n"}  # sic: ncstring_typ_tostring
 
@@ -201,9 +204,9 @@ def _not_cntrl(byte: int) -> bool:
     return not _is_cntrl(byte)
 
 
-def quote_att_text(raw: bytes) -> bytes:
+def quote_att_text(raw: bytes, classic: bool = False) -> bytes:
     """A text attribute value as ncdump prints it (``pr_att_string``; trailing NULs dropped)."""
-    return _escape(raw.rstrip(b"\x00"), _ATT_ESCAPES, _not_cntrl)
+    return _escape(raw.rstrip(b"\x00"), _CLASSIC_ATT_ESCAPES if classic else _ATT_ESCAPES, _not_cntrl)
 
 
 def quote_char_data(raw: bytes) -> bytes:
@@ -221,17 +224,18 @@ def format_attribute_values(nctype: str, value: object) -> bytes:
     return attribute_text(Attribute("", BY_NAME[nctype], value))
 
 
-def attribute_text(attribute: Attribute) -> bytes:
-    """:func:`format_attribute_values` of an :class:`Attribute` (numbers read need no numpy)."""
+def attribute_text(attribute: Attribute, classic: bool = False) -> bytes:
+    """:func:`format_attribute_values` of an :class:`Attribute` (numbers read need no numpy); ``classic``:
+    as ncdump prints it for a netCDF-3 file."""
     nctype = attribute.nctype.name
     if nctype in ("char", "string"):
-        return _format_text_values(nctype, attribute.value)
+        return _format_text_values(nctype, attribute.value, classic)
     return _format_numbers(nctype, attribute.numbers())
 
 
-def _format_text_values(nctype: str, value: object) -> bytes:
+def _format_text_values(nctype: str, value: object, classic: bool = False) -> bytes:
     if nctype == "char" or (not isinstance(value, str) and len(value) == 0):
-        return quote_att_text(encode_text(value) if isinstance(value, str) else b"")
+        return quote_att_text(encode_text(value) if isinstance(value, str) else b"", classic)
     return b", ".join(quote_att_text(encode_text(s).split(b"\x00", 1)[0]) for s in value)
 
 
@@ -472,12 +476,14 @@ def dump_cdl(
     special: bool = False,
     name: str | None = None,
     variables: Sequence[str] | None = None,
+    classic: bool = False,
 ) -> None:
     """Print ``dataset`` as CDL, exactly as netcdf-c's ``ncdump`` would print the same store.
 
     ``header_only`` is ``ncdump -h``, ``special`` is ``-s`` (virtual attributes such as ``_Storage``),
     ``name`` is ``-n`` (default: the URL's last path segment minus its extension) and ``variables`` is
-    ``-v`` (data only for those variables; names may be ``g/v`` or ``/g/v``).
+    ``-v`` (data only for those variables; names may be ``g/v`` or ``/g/v``); ``classic`` prints what
+    ncdump prints differently for a netCDF-3 file (text attributes broken after newlines).
     Raises :class:`NoSuchVariable` before printing anything if a ``variables`` entry matches nothing.
     """
     wanted = [v for v in variables if v] if variables else []
@@ -486,7 +492,7 @@ def dump_cdl(
             raise NoSuchVariable(f"{wanted_name}: No such variable")
     output = _Output(out)
     try:
-        _Printer(dataset, output, header_only, special, wanted).dump(
+        _Printer(dataset, output, header_only, special, wanted, classic).dump(
             name if name is not None else _dataset_name(dataset)
         )
     finally:  # like ncdump, what was printed before an error stays printed
@@ -510,8 +516,11 @@ def _select(group, wanted: str) -> list[str]:
 
 
 class _Printer:
-    def __init__(self, dataset, output: _Output, header_only: bool, special: bool, wanted: list[str]) -> None:
+    def __init__(
+        self, dataset, output: _Output, header_only: bool, special: bool, wanted: list[str], classic: bool
+    ) -> None:
         self.dataset = dataset
+        self.classic = classic
         self.out = output
         self.header_only = header_only
         self.special = special
@@ -578,7 +587,9 @@ class _Printer:
         line = b"\t\t" + (b"string " if string else b"") + escaped_name(var_name)
         if var_name in KEYWORDS:
             line += b" "
-        line += b":" + escaped_name(attribute.name) + b" = " + attribute_text(attribute) + b" ;\n"
+        line += (
+            b":" + escaped_name(attribute.name) + b" = " + attribute_text(attribute, self.classic) + b" ;\n"
+        )
         self.out.indented(line)
 
     # ------------------------------------------------------------------ data section

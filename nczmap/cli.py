@@ -13,13 +13,14 @@ from nczmap.errors import NCZError
 
 
 def _grants(args: argparse.Namespace, url: str) -> dict[str, object]:
-    """``containers=`` for the driver when ``--allow`` was given (only manifests accept it)."""
+    """``containers=`` for the driver when ``--allow`` was given (only manifests and Icechunk repositories
+    accept it)."""
     if not args.allow:
         return {}
     from nczmap.errors import URLError
     from nczmap.url import parse_url
 
-    if parse_url(url).driver != "manifest":
+    if parse_url(url).driver not in ("manifest", "icechunk"):
         raise URLError(f"--allow grants sources to manifests, and {url!r} is not one (#mode=...,manifest)")
     # a relative directory is taken from the working directory (containers are absolute prefixes)
     return {"containers": [p if "://" in p else os.path.abspath(p) + "/" for p in args.allow]}
@@ -86,11 +87,10 @@ def _virtualize(args: argparse.Namespace) -> None:
 
 
 def _ncdump(args: argparse.Namespace) -> None:
-    from nczmap.api import open_dataset
     from nczmap.cdl import dump_cdl
 
     variables = [name for name in args.variables.split(",") if name] if args.variables else None
-    with open_dataset(args.url, "r", **_grants(args, args.url)) as dataset:
+    with _open_for_dump(args) as dataset:
         dump_cdl(
             dataset,
             sys.stdout.buffer,
@@ -98,7 +98,24 @@ def _ncdump(args: argparse.Namespace) -> None:
             special=args.special,
             name=args.name,
             variables=variables,
+            classic=getattr(dataset, "source_format", None) == "netcdf3",
         )
+
+
+def _open_for_dump(args: argparse.Namespace):
+    """The dataset ``args.url`` names: a store (any driver), or a netCDF-4/HDF5, netCDF-3 or TIFF file as
+    C ncdump reads it (through the parsers ``virtualize`` uses)."""
+    from nczmap.api import open_dataset
+
+    path = args.url[len("file://") :] if args.url.startswith("file://") else args.url
+    if "#" not in args.url and not args.allow:
+        from nczmap.integrations.virtualize import is_source_file, open_source_file
+
+        if is_source_file(path):
+            if args.name is None:
+                args.name = os.path.splitext(os.path.basename(path))[0]
+            return open_source_file(path)
+    return open_dataset(args.url, "r", **_grants(args, args.url))
 
 
 def _write_line(data: bytes) -> None:

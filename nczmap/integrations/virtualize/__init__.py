@@ -23,8 +23,10 @@ modification time (an object's size and ETag), so reading through it after a sou
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import tempfile
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +62,7 @@ class VirtualizeResult:
     refused: list[Refusal] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # sources left out (skip_mismatched)
     notes: list[str] = field(default_factory=list)  # gaps and the like
+    formats: list[str] = field(default_factory=list)  # each source's format ("netcdf4", "netcdf3", "tiff")
     # where the references point, with how to read there (S3 endpoint...): ``containers=`` for readers
     containers: list[Container] = field(default_factory=list)
 
@@ -119,6 +122,7 @@ def virtualize(
             url.location, refused=list(joined.refused), containers=as_containers(granted)
         )
         result.skipped, result.notes = joined.skipped, joined.notes
+        result.formats = [p.format for p in parsed]
         kept = [f for f in files if f.name in joined.sources]
         write(joined, url, granted, netcdf_version, progress, kept, result)
     finally:
@@ -133,6 +137,43 @@ def virtualize(
     for note in result.notes:
         warnings.warn(note, VirtualizeWarning, stacklevel=2)
     return result
+
+
+def is_source_file(path: str) -> bool:
+    """Whether ``path`` is a local file in a format :func:`virtualize` reads (not a store, not a zip)."""
+    from nczmap.integrations.virtualize.sources import LocalFile
+
+    if not os.path.isfile(path):
+        return False
+    try:
+        file = LocalFile(os.path.realpath(path), path)
+    except NCZError:
+        return False
+    try:
+        parser_for(file)
+    except FormatError:
+        return False
+    finally:
+        file.close()
+    return True
+
+
+@contextlib.contextmanager
+def open_source_file(path: str):
+    """A netCDF-4/HDF5, netCDF-3 or TIFF file opened read-only as an nczmap dataset: virtualized into a
+    temporary manifest (nothing is copied), so it reads exactly as its manifest would."""
+    from nczmap.api import open_dataset
+
+    with tempfile.TemporaryDirectory(prefix="nczmap-") as folder:
+        with warnings.catch_warnings(record=True) as refused:
+            warnings.simplefilter("always", VirtualizeWarning)
+            result = virtualize([path], os.path.join(folder, "refs.json"))
+        for warning in refused:
+            warnings.warn(str(warning.message), VirtualizeWarning, stacklevel=3)
+        grants = [*result.containers, folder + "/"]
+        with open_dataset(f"file://{result.manifest}#mode=nczarr,manifest", containers=grants) as dataset:
+            dataset.source_format = result.formats[0]  # ncdump prints netCDF-3 files a little differently
+            yield dataset
 
 
 def _new_dim(value: str | tuple[str, str] | None) -> tuple[str, str] | None:
