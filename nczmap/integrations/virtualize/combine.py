@@ -25,7 +25,7 @@ import math
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,7 +70,8 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
         if concat is not None:
             raise FormatError("join the sources along an existing dimension (concat) or a new one, not both")
         name, pattern = options.new_dim
-        parsed, notes = _stack(parsed, name, pattern)
+        parsed, times = _stack(parsed, name, pattern)
+        dates = {id(file): time for file, time in zip(parsed, times, strict=True)}
         concat = name
     if len(parsed) > 1 and concat is None:
         raise FormatError(f"{len(parsed)} sources need a dimension to join them along (concat=, --concat)")
@@ -89,6 +90,8 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
                 continue
             kept.append(other)
         parsed = kept
+    if options.new_dim is not None:  # gaps among the files kept (a skipped file may leave one)
+        notes = _gaps([dates[id(file)] for file in parsed])
     result = Plan(first.root, [], list(first.refused), [p.source for p in parsed], skipped, notes)
     variables = [v for g in first.root.walk() for v in g.variables.values()]
     if concat is not None:
@@ -354,6 +357,9 @@ def _same_fill(a: object, b: object) -> bool:
 # ------------------------------------------------------------------------------------- loading
 def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     """Mark ``variable`` to be loaded, with chunks of at most ``max_chunk_bytes``; why not, if it cannot."""
+    for storage in variable.storages:
+        if storage.values is None:  # a parser giving no values (TIFF): decode its referenceable chunks
+            storage.values = _decoded_chunks(variable, storage)
     if any(storage.values is None for storage in variable.storages):
         return "its values cannot be read"
     layout = variable.layout
@@ -375,6 +381,42 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     if not _encodable(layout.codecs):
         layout.codecs = CodecChain([], None, itemsize)
     return None
+
+
+def _decoded_chunks(variable: SourceVariable, storage: Storage) -> Callable[[], np.ndarray] | None:
+    """``storage``'s whole array read from its chunks and decoded by its own codecs (missing chunks are the
+    fill value), for a storage whose bytes could be references; None where they could not."""
+    if storage.kind != "chunked" or storage.problem is not None or storage.read is None:
+        return None
+    dtype = variable.layout.dtype.storage
+    chain = CodecChain(list(storage.codecs), None, dtype.itemsize)
+    where = f"{variable.key!r} in {storage.source}"
+    try:
+        chain._instances(where)
+    except FormatError:
+        return None
+
+    def values() -> np.ndarray:
+        fill = variable.layout.fill_value
+        shape, chunks, ndim = storage.shape, storage.chunks, len(storage.chunks)
+        out = np.full(shape, 0 if fill is None else fill, dtype=dtype)
+        count = math.prod(chunks)
+        nbytes = count * dtype.itemsize
+        for number in range(len(storage.offsets)):
+            corner = tuple(storage.corners[number * ndim : (number + 1) * ndim])
+            if any(c >= n for c, n in zip(corner, shape, strict=True)):
+                continue
+            raw = storage.read(storage.offsets[number], storage.sizes[number])
+            data = chain.decode(raw, f"a chunk of {where}", nbytes)
+            flat = np.frombuffer(data if isinstance(data, bytes) else memoryview(data).cast("B"), np.uint8)
+            if flat.size != nbytes:
+                raise FormatError(f"a chunk of {where} decodes to {flat.size} bytes, not {nbytes}")
+            chunk = flat.view(dtype).reshape(chunks)
+            within = tuple(slice(0, min(k, n - c)) for c, k, n in zip(corner, chunks, shape, strict=True))
+            out[tuple(slice(c, c + w.stop) for c, w in zip(corner, within, strict=True))] = chunk[within]
+        return out
+
+    return values
 
 
 def _encodable(codecs: CodecChain) -> bool:
@@ -444,7 +486,8 @@ def _pattern_regex(pattern: str) -> str:
 
 def _stack(parsed: list[ParsedFile], name: str, pattern: str):
     """Files ordered by the dates in their names, each given the new leading dimension ``name`` of
-    length 1; the coordinate variable; notes on gaps. Duplicates are a FormatError naming the files."""
+    length 1 and its step of the coordinate variable; each file's date, in that order. Duplicates are a
+    FormatError naming the files."""
     times = times_from_names([p.source for p in parsed], pattern)
     order = sorted(range(len(parsed)), key=lambda i: times[i])
     parsed = [parsed[i] for i in order]
@@ -453,13 +496,13 @@ def _stack(parsed: list[ParsedFile], name: str, pattern: str):
     if duplicates:
         same = [p.source for p, t in zip(parsed, times, strict=True) if t == duplicates[0]]
         raise FormatError(f"files {same} have the same date {duplicates[0].isoformat()} ({pattern!r})")
-    notes = _gaps(times)
     for file in parsed:
         if name in file.root.dimensions or name in file.root.variables:
             raise FormatError(f"{file.source} already has a {name!r}: join along it with --concat")
         _add_leading_dimension(file, name)
-    _time_coordinate(parsed[0].root, name, times)
-    return parsed, notes
+    for file, when in zip(parsed, times, strict=True):  # every file its own step: joined like any other
+        _time_coordinate(file.root, name, [when], times)
+    return parsed, times
 
 
 def _gaps(times: list[datetime.datetime]) -> list[str]:
@@ -526,10 +569,13 @@ def _prepend_storage(storage: Storage) -> None:
         storage.values = lambda values=values: np.asarray(values())[np.newaxis]
 
 
-def _time_coordinate(root: Group, name: str, times: list[datetime.datetime]) -> None:
-    """``name(name)`` as CF time: whole days since the first date if every date is midnight, else seconds."""
-    start = times[0]
-    whole_days = all(t.hour == t.minute == t.second == t.microsecond == 0 for t in times)
+def _time_coordinate(
+    root: Group, name: str, times: list[datetime.datetime], every: list[datetime.datetime]
+) -> None:
+    """``name(name)`` holding ``times`` as CF time: whole days since the first of ``every`` date if every
+    one is midnight, else seconds."""
+    start = every[0]
+    whole_days = all(t.hour == t.minute == t.second == t.microsecond == 0 for t in every)
     unit = "days" if whole_days else "seconds"
     step = datetime.timedelta(days=1) if whole_days else datetime.timedelta(seconds=1)
     values = np.array([(t - start) // step for t in times], dtype="<i8")
