@@ -37,6 +37,7 @@ DRIVERS: dict[str, DriverEntry] = {
         DriverEntry("zip", "nczmap.zmap.zip:ZipMap", (LOCAL,), suffix=".zip"),
         DriverEntry("s3", "nczmap.zmap.s3:S3Map", (S3,)),
         DriverEntry("manifest", "nczmap.zmap.manifest:ManifestMap", (LOCAL, S3), layered=True),
+        DriverEntry("icechunk", "nczmap.zmap.icechunk:IcechunkMap", (LOCAL, S3)),
     )
 }
 # The driver of a location when the URL names none and no suffix matches.

@@ -40,6 +40,8 @@ UNSUPPORTED_MODE_WORDS = ("bytes", "dap2", "dap4", "zoh")
 GOOGLE_ENDPOINT = "https://storage.googleapis.com"
 
 _IMPLIES = {"xarray": "zarr", "zarr": "nczarr", "noxarray": "nczarr"}
+# Drivers whose storage holds one format only: the mode words they imply (an Icechunk repository is Zarr v3)
+_DRIVER_FORMATS = {"icechunk": ("zarr", "v3")}
 
 
 def known_mode_words() -> tuple[str, ...]:
@@ -550,6 +552,7 @@ def _make(
 
 def _resolve_modes(words: list[str], location: _Location, shown: str) -> tuple[str, ...]:
     modes = _normalise_words(words, shown)
+    _add_driver_formats(modes, shown)
     if "xarray" in modes and "noxarray" in modes:
         raise ModeError(f"contradictory modes 'xarray' and 'noxarray' in {shown!r}")
     if "v2" in modes and "v3" in modes:
@@ -569,6 +572,20 @@ def _resolve_modes(words: list[str], location: _Location, shown: str) -> tuple[s
     if driver not in modes:
         modes.append(driver)
     return tuple(modes)
+
+
+def _add_driver_formats(modes: list[str], shown: str) -> None:
+    """Add the format words a driver implies (``icechunk``: ``zarr,v3``); refuse the contrary ones."""
+    for driver, implied in _DRIVER_FORMATS.items():
+        if driver not in modes:
+            continue
+        contrary = [word for word in ("v2",) if word in modes]
+        if contrary:
+            raise ModeError(
+                f"mode {contrary[0]!r} cannot be used with {driver!r} in {shown!r}: {driver} stores hold "
+                f"pure Zarr v3 ({','.join(implied)})"
+            )
+        modes.extend(word for word in implied if word not in modes)
 
 
 def _normalise_words(words: Iterable[str], shown: str) -> list[str]:

@@ -23,7 +23,7 @@ from nczmap.integrations.copy import _copy_group, _counterpart
 from nczmap.integrations.virtualize.combine import Plan, loaded_values
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
 from nczmap.integrations.virtualize.sources import SourceFile
-from nczmap.manifest.containers import Container, authorize, normalize
+from nczmap.manifest.containers import Container, as_containers, authorize, normalize
 from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import open_map
@@ -36,6 +36,8 @@ Entry = tuple[int, int] | bytes  # a byte range of the source, or the chunk's by
 def manifest_url(destination: str | os.PathLike[str], sources: list[SourceFile]) -> ParsedURL:
     """The destination as a manifest URL; refused where it would overwrite a source or another file."""
     url = parse_url(destination)
+    if url.driver == "icechunk":
+        return url  # an Icechunk repository: write_icechunk
     if url.driver != "manifest":
         if url.driver != DEFAULT_DRIVER[S3 if url.on_s3 else LOCAL]:
             raise FormatError(
@@ -84,6 +86,9 @@ def write(
     result,
 ) -> None:
     """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``."""
+    if url.driver == "icechunk":
+        write_icechunk(plan, url, grants, netcdf_version, progress, files, result)
+        return
     zmap = open_map(url, "w", containers=grants)
     try:
         for source in plan.sources:
@@ -252,3 +257,72 @@ def _fill_bytes(variable: SourceVariable, count: int) -> bytes:
     fill = variable.layout.fill_value
     values = np.zeros(count, dtype=dtype) if fill is None else np.full(count, fill, dtype=dtype)
     return values.tobytes()
+
+
+# ------------------------------------------------------------------------------------ Icechunk repositories
+def write_icechunk(
+    plan: Plan,
+    url: ParsedURL,
+    grants: list[str | Container],
+    netcdf_version: str | None,
+    progress: Progress | None,
+    files: list[SourceFile],
+    result,
+) -> None:
+    """Write ``plan`` into the Icechunk repository at ``url`` (its branch, emptied first), committed at the
+    end: the grants become the repository's virtual chunk containers, the model Zarr v3 metadata, references
+    virtual chunks with the sources' checksums (ETag, or last-modified time), small and loaded data native
+    chunks. Nothing is committed if anything fails."""
+    from nczmap.zmap.icechunk import checksum
+
+    containers = as_containers(grants)
+    for source in plan.sources:
+        try:
+            authorize(normalize(source, None), None, containers, source)
+        except AccessDenied as exc:
+            raise AccessDenied(f"the repository may not refer to {source}: {exc}") from None
+    zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
+    try:
+        target = open_on(zmap, "w", format_options(url, netcdf_version))
+    except BaseException:
+        zmap.abort()
+        raise
+    checksums = {file.url: checksum(file.recorded()) for file in files}
+    with target:
+        variables = _keep_writable(plan, target, result)
+        _copy_group(plan.root, target)
+        _keep_source_codecs(target, variables)
+        target.flush()  # Icechunk takes a chunk only once its array exists
+        for variable in variables:
+            dest = _counterpart(target, variable)
+            if variable.load:
+                _write_loaded(variable, dest)
+                result.loaded.append(variable.key)
+                continue
+            for storage, shift in zip(variable.storages, variable.shifts, strict=True):
+                source = normalize(storage.source, None)
+                for index, entry in _entries(variable, storage, shift):
+                    key = dest.chunk_key(index)
+                    if isinstance(entry, bytes):
+                        zmap.write(key, entry)
+                        result.inline += 1
+                    else:
+                        zmap.set_virtual_ref(key, source, *entry, checksum=checksums.get(source))
+                        result.references += 1
+            if progress is not None:
+                progress(result.references + result.inline, result.references + result.inline)
+        for file in files:
+            file.check_unchanged()  # raising here discards the session: nothing is committed
+        result.variables = len(variables)
+
+
+def _keep_source_codecs(target: Dataset, variables: list[SourceVariable]) -> None:
+    """Referenced chunks are the sources' bytes: their arrays keep the sources' own codecs (zlib as
+    ``numcodecs.zlib``, not the gzip a new Zarr v3 array gets)."""
+    for variable in variables:
+        if variable.load:
+            continue
+        dest = _counterpart(target, variable)
+        if dest.layout.codecs.configs != variable.layout.codecs.configs:
+            dest.layout.codecs = variable.layout.codecs
+            target.writer.touch(dest)

@@ -1,0 +1,436 @@
+"""The ``icechunk`` driver: Icechunk repositories as zmaps, read and written through the icechunk library.
+
+Local repositories (tmp_path) and one on moto's S3 server; versions (branch, tag, snapshot); commits at
+close and none on abort; virtual chunks only under granted containers; repositories written by xarray
+read by nczmap, and repositories written by ``nczmap virtualize`` read by plain icechunk + xarray in a
+process that never imports nczmap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+import nczmap
+from nczmap.errors import AccessDenied, DatasetNotFound, EmptyError, KeyNameError, ModeError, ReadOnlyError
+
+ic = pytest.importorskip("icechunk")
+xr = pytest.importorskip("xarray")
+
+LOCAL = ic.credentials.LocalFileSystemAccess
+ARRAY = {
+    "zarr_format": 3,
+    "node_type": "array",
+    "shape": [4],
+    "data_type": "int32",
+    "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+    "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+    "fill_value": 0,
+    "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+    "attributes": {},
+    "dimension_names": ["x"],
+}
+GROUP = {"zarr_format": 3, "node_type": "group", "attributes": {}}
+
+
+def repo_url(path, **fragment: str) -> str:
+    extra = "".join(f"&{k}={v}" for k, v in fragment.items())
+    return f"{path.as_uri()}#mode=icechunk{extra}"
+
+
+def write_small(url: str, values=(1, 2, 3)) -> None:
+    with nczmap.create_dataset(url) as ds:
+        ds.create_dimension("x", len(values))
+        v = ds.create_variable("v", ("x",), "i4", fill_value=-1)
+        v.attrs["units"] = "m"
+        v[:] = list(values)
+
+
+def history(path) -> list[str]:
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(path)))
+    return [snapshot.message for snapshot in repo.ancestry(branch="main")]
+
+
+# ---------------------------------------------------------------------------------------------- the map
+def test_urls_select_the_driver_and_zarr_v3():
+    url = nczmap.parse_url("file:///data/repo#mode=icechunk&tag=v1")
+    assert (url.driver, url.zarr, url.zarr_format, url.fragment["tag"]) == ("icechunk", True, 3, "v1")
+    assert nczmap.parse_url("http://127.0.0.1:9000/bkt/p#mode=icechunk").endpoint == "http://127.0.0.1:9000"
+    with pytest.raises(ModeError):
+        nczmap.parse_url("file:///data/repo#mode=icechunk,v2")
+
+
+def test_a_new_dataset_is_pure_zarr_v3_read_identically_by_xarray(tmp_path):
+    url = repo_url(tmp_path / "repo")
+    write_small(url)
+    with nczmap.open_dataset(url) as ds:
+        assert ds.dialect.value == "zarr-v3"
+        assert ds.variables["v"][:].tolist() == [1, 2, 3]
+    with nczmap.open_map(url) as zmap:
+        meta = json.loads(zmap.read("/v/zarr.json"))
+        assert meta["dimension_names"] == ["x"]
+        assert zmap.search("/") == ["v", "zarr.json"]
+        assert zmap.read("/v/zarr.json", 2, 4) == zmap.read("/v/zarr.json")[2:6]
+        assert zmap.read("/v/zarr.json", 10**6) == b""
+        for key in ("/v", "/nothing", "/v/c/9", "/v/zarr.json/x"):
+            assert not zmap.exists(key)
+            with pytest.raises(EmptyError):
+                zmap.read(key)
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(tmp_path / "repo")))
+    theirs = xr.open_zarr(repo.readonly_session("main").store, consolidated=False)
+    ours = xr.open_dataset(url, engine="nczmap")
+    xr.testing.assert_identical(theirs.load(), ours.load())
+
+
+def test_writes_are_committed_at_close_with_the_message(tmp_path):
+    url = repo_url(tmp_path / "repo")
+    with nczmap.open_map(url, "w", message="first version") as zmap:
+        zmap.write("/zarr.json", json.dumps(GROUP).encode())
+        zmap.write("/v/c/0", b"\1\0\0\0\2\0\0\0")  # before its zarr.json: held until it comes
+        assert zmap.read("/v/c/0") == b"\1\0\0\0\2\0\0\0"
+        assert zmap.search("/") == ["v", "zarr.json"]
+        zmap.write("/v/zarr.json", json.dumps(ARRAY).encode())
+    assert history(tmp_path / "repo")[0] == "first version"
+    with nczmap.open_map(url) as zmap:
+        assert zmap.read("/v/c/0") == b"\1\0\0\0\2\0\0\0"
+        assert zmap.len("/v/c/0") == 8
+
+
+def test_nothing_is_committed_on_abort_or_error(tmp_path):
+    url = repo_url(tmp_path / "repo")
+    write_small(url)
+    before = history(tmp_path / "repo")
+    zmap = nczmap.open_map(url, "r+")
+    zmap.write("/v/c/0", np.array([7, 7, 7], "<i4").tobytes())
+    zmap.abort()
+    with pytest.raises(RuntimeError), nczmap.open_dataset(url, "r+") as ds:
+        ds.variables["v"][:] = [9, 9, 9]
+        raise RuntimeError("the writer fails")
+    assert history(tmp_path / "repo") == before
+    with nczmap.open_dataset(url) as ds:
+        assert ds.variables["v"][:].tolist() == [1, 2, 3]
+
+
+def test_only_zarr_v3_keys_can_be_written(tmp_path):
+    with nczmap.open_map(repo_url(tmp_path / "repo"), "w") as zmap:
+        with pytest.raises(KeyNameError, match="Zarr v3"):
+            zmap.write("/.zgroup", b"{}")
+        with pytest.raises(KeyNameError, match="Zarr v3"):
+            zmap.write("/foo", b"x")
+        zmap.abort()
+
+
+def test_tags_and_snapshots_are_read_only_versions(tmp_path):
+    path = tmp_path / "repo"
+    write_small(repo_url(path), (1, 2, 3))
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(path)))
+    first = repo.lookup_branch("main")
+    repo.create_tag("v1", first)
+    with nczmap.open_dataset(repo_url(path), "r+") as ds:
+        ds.variables["v"][:] = [4, 5, 6]
+    for version in ({"tag": "v1"}, {"snapshot": first}):
+        with nczmap.open_dataset(repo_url(path, **version)) as ds:
+            assert ds.variables["v"][:].tolist() == [1, 2, 3]
+        with pytest.raises(ModeError, match="read-only"):
+            nczmap.open_map(repo_url(path, **version), "r+")
+    with nczmap.open_dataset(repo_url(path)) as ds:
+        assert ds.variables["v"][:].tolist() == [4, 5, 6]
+    with nczmap.open_map(repo_url(path)) as zmap, pytest.raises(ReadOnlyError):
+        zmap.write("/v/c/0", b"\0" * 12)
+    with pytest.raises(DatasetNotFound, match="tag nope"):
+        nczmap.open_map(repo_url(path, tag="nope"))
+
+
+def test_branches(tmp_path):
+    path = tmp_path / "repo"
+    write_small(repo_url(path), (1, 2, 3))
+    with nczmap.open_dataset(repo_url(path, branch="dev"), "a") as ds:  # made from main's head
+        ds.variables["v"][:] = [0, 0, 0]
+    with (
+        nczmap.open_dataset(repo_url(path)) as main,
+        nczmap.open_dataset(repo_url(path, branch="dev")) as dev,
+    ):
+        assert main.variables["v"][:].tolist() == [1, 2, 3]
+        assert dev.variables["v"][:].tolist() == [0, 0, 0]
+    with pytest.raises(DatasetNotFound, match="no branch 'other'"):
+        nczmap.open_map(repo_url(path, branch="other"), "r+")
+
+
+def test_missing_repositories_and_non_repositories(tmp_path):
+    with pytest.raises(DatasetNotFound, match="no Icechunk repository"):
+        nczmap.open_dataset(repo_url(tmp_path / "none"))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "data.txt").write_text("mine")
+    with pytest.raises(nczmap.errors.DatasetExists):
+        nczmap.open_map(repo_url(tmp_path / "busy"), "w")
+    assert (tmp_path / "busy" / "data.txt").read_text() == "mine"
+
+
+def test_w_empties_the_branch(tmp_path):
+    path = tmp_path / "repo"
+    write_small(repo_url(path))
+    with nczmap.create_dataset(repo_url(path)) as ds:
+        ds.create_dimension("y", 2)
+    with nczmap.open_dataset(repo_url(path)) as ds:
+        assert not ds.variables  # the old variable is gone (a pure Zarr dimension alone is not stored)
+
+
+def test_zarr_store_over_a_repository(tmp_path):
+    zarr = pytest.importorskip("zarr")
+    url = repo_url(tmp_path / "repo")
+    write_small(url)
+    with nczmap.ZarrStore(url) as store:
+        assert zarr.open_group(store, mode="r")["v"][:].tolist() == [1, 2, 3]
+
+
+# ------------------------------------------------------------------------ repositories written by xarray
+def xarray_repository(path) -> xr.Dataset:
+    ds = xr.Dataset(
+        {
+            "t": (("time", "lat"), np.arange(12, dtype="f4").reshape(3, 4), {"units": "K"}),
+            "n": (("lat",), np.array([1, 2, 3, 4], "i2")),
+        },
+        coords={"lat": [10.0, 20.0, 30.0, 40.0], "time": [0, 1, 2]},
+        attrs={"title": "written by xarray"},
+    )
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(path)))
+    session = repo.writable_session("main")
+    ds.to_zarr(session.store, zarr_format=3, consolidated=False)
+    session.commit("xarray")
+    return ds
+
+
+def test_a_repository_written_by_xarray_reads_as_xarray_reads_it(tmp_path, capsys):
+    path = tmp_path / "repo"
+    xarray_repository(path)
+    repo = ic.Repository.open(ic.local_filesystem_storage(str(path)))
+    theirs = xr.open_zarr(repo.readonly_session("main").store, consolidated=False).load()
+    ours = xr.open_dataset(repo_url(path), engine="nczmap").load()
+    xr.testing.assert_identical(theirs, ours)
+    from nczmap.cli import main
+
+    main(["ncdump", repo_url(path)])
+    cdl = capsys.readouterr().out
+    assert "float t(time, lat) ;" in cdl and ':title = "written by xarray" ;' in cdl
+    assert " t =\n  0, 1, 2, 3,\n  4, 5, 6, 7,\n  8, 9, 10, 11 ;" in cdl
+
+
+def test_copy_a_repository_to_nczarr(tmp_path):
+    path = tmp_path / "repo"
+    original = xarray_repository(path)
+    target = (tmp_path / "copy.file").as_uri() + "#mode=nczarr,file"
+    from nczmap.integrations.copy import copy
+
+    copy(repo_url(path), target)
+    copied = xr.open_dataset(target, engine="nczmap").load()
+    np.testing.assert_array_equal(copied["t"].values, original["t"].values)
+
+
+# -------------------------------------------------------------------------------------- virtual chunks
+@pytest.fixture
+def virtual_repo(tmp_path):
+    """A repository written by icechunk with virtual chunks in two containers: ``src/`` and ``other/``."""
+    src, other = tmp_path / "src", tmp_path / "other"
+    (src / "sub").mkdir(parents=True)
+    other.mkdir()
+    (src / "sub" / "a.bin").write_bytes(np.array([1, 2, 3, 4], "<i4").tobytes())
+    (other / "b.bin").write_bytes(np.array([0, 0, 5, 6, 7, 8], "<i4").tobytes())
+    config = ic.RepositoryConfig.default()
+    for folder in (src, other):
+        config.set_virtual_chunk_container(container(folder))
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(tmp_path / "repo")), config=config)
+    repo.save_config()
+    session = repo.writable_session("main")
+    store = session.store
+    group = {**GROUP, "attributes": {}}
+    session.store._sync(store.set("zarr.json", _buffer(json.dumps(group).encode())))
+    for name in ("a", "b"):
+        session.store._sync(store.set(f"{name}/zarr.json", _buffer(json.dumps(ARRAY).encode())))
+    store.set_virtual_ref("a/c/0", (src / "sub" / "a.bin").as_uri(), offset=0, length=8)
+    store.set_virtual_ref("a/c/1", (src / "sub" / "a.bin").as_uri(), offset=8, length=8)
+    store.set_virtual_ref("b/c/0", (other / "b.bin").as_uri(), offset=8, length=8)
+    store.set_virtual_ref("b/c/1", (other / "b.bin").as_uri(), offset=16, length=8)
+    session.commit("virtual")
+    return tmp_path
+
+
+def container(folder):
+    return ic.VirtualChunkContainer(folder.as_uri() + "/", ic.local_filesystem_store(str(folder)))
+
+
+def _buffer(data: bytes):
+    from zarr.core.buffer import default_buffer_prototype
+
+    return default_buffer_prototype().buffer.from_bytes(data)
+
+
+def test_virtual_chunks_are_read_under_the_grant_only(virtual_repo):
+    url = repo_url(virtual_repo / "repo")
+    src = str(virtual_repo / "src") + "/"
+    with nczmap.open_map(url, containers=[src]) as zmap:
+        assert zmap.read("/a/c/1") == np.array([3, 4], "<i4").tobytes()
+        with pytest.raises(AccessDenied, match="other/") as denied:
+            zmap.read("/b/c/0")
+        assert "--allow" in str(denied.value) and "'/b/c/0'" in str(denied.value)
+    with nczmap.open_map(url) as zmap, pytest.raises(AccessDenied, match="not granted"):
+        zmap.read("/a/c/0")  # nothing granted by default
+    grants = [src, str(virtual_repo / "other")]
+    ours = xr.open_dataset(url, engine="nczmap", map_options={"containers": grants}).load()
+    repo = ic.Repository.open(
+        ic.local_filesystem_storage(str(virtual_repo / "repo")),
+        authorize_virtual_chunk_access={
+            (virtual_repo / "src").as_uri() + "/": LOCAL,
+            (virtual_repo / "other").as_uri() + "/": LOCAL,
+        },
+    )
+    theirs = xr.open_zarr(repo.readonly_session("main").store, consolidated=False).load()
+    xr.testing.assert_identical(theirs, ours)
+    assert ours["b"].values.tolist() == [5, 6, 7, 8]
+
+
+def test_a_narrower_grant_refuses_a_repository_with_chunks_outside_it(virtual_repo):
+    url = repo_url(virtual_repo / "repo")
+    with pytest.raises(AccessDenied, match=r"a\.bin"):  # before any chunk is read
+        nczmap.open_map(url, containers=[str(virtual_repo / "src" / "elsewhere") + "/"])
+    with nczmap.open_map(url, containers=[str(virtual_repo / "src" / "sub") + "/"]) as zmap:
+        assert zmap.read("/a/c/0") == np.array([1, 2], "<i4").tobytes()
+
+
+def test_a_symbolic_link_out_of_the_grant_is_refused(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\1" * 16)
+    (src / "link.bin").symlink_to(secret)
+    config = ic.RepositoryConfig.default()
+    config.set_virtual_chunk_container(container(src))
+    repo = ic.Repository.create(ic.local_filesystem_storage(str(tmp_path / "repo")), config=config)
+    repo.save_config()
+    session = repo.writable_session("main")
+    session.store._sync(session.store.set("zarr.json", _buffer(json.dumps(GROUP).encode())))
+    session.store._sync(session.store.set("a/zarr.json", _buffer(json.dumps(ARRAY).encode())))
+    session.store.set_virtual_ref("a/c/0", (src / "link.bin").as_uri(), offset=0, length=8)
+    session.commit("link")
+    with pytest.raises(AccessDenied, match=r"secret\.bin"):
+        nczmap.open_map(repo_url(tmp_path / "repo"), containers=[str(src) + "/"])
+
+
+# ------------------------------------------------------------------------------ nczmap virtualize -> repo
+netCDF4 = pytest.importorskip("netCDF4")
+
+
+def make_source(path) -> None:
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 400)
+        t = ds.createVariable("time", "f8", ("time",))
+        t[:] = [0, 1, 2]
+        t.units = "days since 2000-01-01"
+        v = ds.createVariable("v", "f4", ("time", "x"), zlib=True, shuffle=True, chunksizes=(1, 400))
+        v[:] = np.random.default_rng(0).random((3, 400), dtype="f4")
+        v.units = "K"
+        c = ds.createVariable("c", "i2", ("x",), contiguous=True)
+        c[:] = np.arange(400)
+        with warnings.catch_warnings():  # netCDF4-python warns of the byte order it was asked for
+            warnings.simplefilter("ignore")
+            s = ds.createVariable("s", "i4", ("x",), endian="big")
+        s[:] = np.arange(400) * 3
+        ds.title = "virtual"
+
+
+def test_virtualize_into_a_repository_reads_in_plain_icechunk(tmp_path):
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    from nczmap.cli import main
+
+    repo = tmp_path / "repo"
+    assert main(["virtualize", str(source), repo_url(repo)]) in (0, None)
+    assert history(repo)[0] == "nczmap"
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        import icechunk as ic, xarray as xr
+        repo = ic.Repository.open(
+            ic.local_filesystem_storage({str(repo)!r}),
+            authorize_virtual_chunk_access=ic.containers_credentials(
+                {{{(tmp_path / "src").as_uri() + "/"!r}: ic.credentials.LocalFileSystemAccess}}
+            ),
+        )
+        session = repo.readonly_session("main")
+        assert session.all_virtual_chunk_locations()
+        ds = xr.open_zarr(session.store, consolidated=False, decode_cf=False)
+        assert "nczmap" not in sys.modules
+        print(json.dumps({{name: ds[name].values.tolist() for name in ds.variables}}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    theirs = json.loads(out.stdout)
+    with netCDF4.Dataset(source) as ds:
+        ds.set_auto_maskandscale(False)
+        for name in ("time", "v", "c", "s"):
+            np.testing.assert_array_equal(np.array(theirs[name]), ds[name][:], err_msg=name)
+    grant = [str(tmp_path / "src") + "/"]
+    with nczmap.open_dataset(repo_url(repo), containers=grant) as ours, netCDF4.Dataset(source) as ds:
+        np.testing.assert_array_equal(ours.variables["v"][:], ds["v"][:])
+        assert ours.attrs["title"] == "virtual"
+
+
+def test_ncdump_follows_allow(tmp_path, capsys):
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    from nczmap.cli import main
+
+    main(["virtualize", str(source), repo_url(tmp_path / "repo")])
+    main(["ncdump", "-v", "c", "--allow", str(tmp_path / "src"), repo_url(tmp_path / "repo")])
+    assert " c = 0, 1, 2, 3," in capsys.readouterr().out
+    assert main(["ncdump", "-v", "v", repo_url(tmp_path / "repo")]) not in (0, None)
+    assert "--allow" in capsys.readouterr().err
+
+
+def test_a_changed_source_is_refused(tmp_path):
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    from nczmap.integrations.virtualize import virtualize
+
+    virtualize([str(source)], repo_url(tmp_path / "repo"))
+    later = os.stat(source).st_mtime + 10
+    os.utime(source, (later, later))
+    with (
+        nczmap.open_dataset(repo_url(tmp_path / "repo"), containers=[str(tmp_path / "src") + "/"]) as ds,
+        pytest.raises(nczmap.errors.StorageError, match="changed"),
+    ):
+        ds.variables["v"][:]
+
+
+# ---------------------------------------------------------------------------------------------------- S3
+def test_a_repository_on_s3(s3_server):
+    url = s3_server.url(mode="icechunk")
+    write_small(url, (5, 6, 7))
+    with nczmap.open_dataset(url) as ds:
+        assert ds.variables["v"][:].tolist() == [5, 6, 7]
+    bucket_url = url.partition("#")[0]
+    prefix = bucket_url.split("/", 4)[4]
+    storage = ic.s3_storage(
+        bucket="nczbucket",
+        prefix=prefix,
+        endpoint_url=s3_server.endpoint,
+        allow_http=True,
+        force_path_style=True,
+        region="us-east-1",
+        from_env=True,
+    )
+    theirs = xr.open_zarr(ic.Repository.open(storage).readonly_session("main").store, consolidated=False)
+    assert theirs["v"].values.tolist() == [5, 6, 7]
+    with pytest.raises(DatasetNotFound):
+        nczmap.open_map(s3_server.url(mode="icechunk"))
