@@ -78,10 +78,13 @@ class NCZmapArray(BackendArray):
 class NCZmapDataStore(AbstractDataStore):
     """One group of a dataset, as xarray's store protocol sees it."""
 
-    def __init__(self, handle: DatasetHandle, group: str = "/", owned: bool = True) -> None:
+    def __init__(
+        self, handle: DatasetHandle, group: str = "/", owned: bool = True, source: str | None = None
+    ) -> None:
         self.handle = handle
         self.group_path = group
         self.owned = owned  # close the dataset when xarray closes the store
+        self.source = source  # what encoding["source"] shows: the URL or path opened (netCDF4's filepath())
 
     @property
     def group(self) -> Group:
@@ -92,23 +95,32 @@ class NCZmapDataStore(AbstractDataStore):
 
     def _variable(self, variable: NCVariable) -> Variable:
         variable = as_xarray_sees_it(variable)
-        data = indexing.LazilyIndexedArray(NCZmapArray(self.handle, variable))
-        return Variable(variable.dimensions, data, attributes_of(variable), self._encoding(variable))
+        array = NCZmapArray(self.handle, variable)
+        data = indexing.LazilyIndexedArray(array)
+        attributes = attributes_of(variable)
+        encoding = self._encoding(variable)
+        if "least_significant_digit" in attributes:  # as the netcdf4 engine: an encoding, not an attribute
+            encoding["least_significant_digit"] = attributes.pop("least_significant_digit")
+        if array.dtype.kind == "S" and "_FillValue" in attributes:  # the netcdf4 engine's bytes fill
+            fill = attributes["_FillValue"]
+            attributes["_FillValue"] = np.bytes_(fill.encode("latin-1") if isinstance(fill, str) else fill)
+        return Variable(variable.dimensions, data, attributes, encoding)
 
     def _encoding(self, variable: NCVariable) -> dict[str, Any]:
-        encoding: dict[str, Any] = {
-            "dtype": str if variable.nctype is STRING else variable.dtype,
-            "source": self.handle.dataset.zmap.location,
-            "original_shape": variable.shape,
-        }
-        if variable.shape:
-            encoding["chunksizes"] = tuple(variable.chunks)
-            encoding["preferred_chunks"] = dict(zip(variable.dimensions, variable.chunks, strict=True))
+        """The encoding the netcdf4 engine gives for the same variable of an NCZarr store (netCDF4-python's
+        ``filters()`` and ``chunking()``: storage is always chunked, a scalar has chunks ``()``)."""
+        encoding: dict[str, Any] = {"dtype": str if variable.nctype is STRING else variable.dtype}
         encoding.update(compression_encoding(variable))
+        chunks = tuple(int(c) for c in variable.chunks) if variable.shape else ()
+        encoding["contiguous"] = False
+        encoding["chunksizes"] = chunks
+        encoding["preferred_chunks"] = dict(zip(variable.dimensions, chunks, strict=True))
+        encoding["source"] = self.source if self.source is not None else self.handle.dataset.zmap.location
+        encoding["original_shape"] = variable.shape
         return encoding
 
     def get_attrs(self) -> FrozenDict:
-        return FrozenDict(self.group.attrs)
+        return FrozenDict(attributes_of(self.group))
 
     def get_dimensions(self) -> FrozenDict:
         return FrozenDict((name, dim.size) for name, dim in self.group.dimensions.items())
@@ -130,26 +142,81 @@ class NCZmapDataStore(AbstractDataStore):
             self.handle.dataset.close()
 
 
-def attributes_of(variable: NCVariable) -> dict[str, object]:
-    """Attributes as netCDF4-python returns them: numpy scalars and arrays, ``str``, lists of ``str``."""
-    return dict(variable.attrs)
+def attributes_of(variable: NCVariable | Group) -> dict[str, object]:
+    """Attributes as netCDF4-python returns them: numpy scalars and arrays, ``str``, lists of ``str``; as it
+    does, NUL characters are removed from char text and end string values (C strings)."""
+    attributes = {}
+    for attribute in variable.attrs.all_typed():
+        value = attribute.python_value()
+        if attribute.nctype is CHAR and attribute.name != "_FillValue" and "\x00" in value:
+            value = value.replace("\x00", "")
+        elif attribute.nctype is STRING:
+            value = (
+                [v.split("\x00", 1)[0] for v in value]
+                if isinstance(value, list)
+                else value.split("\x00", 1)[0]
+            )
+        attributes[attribute.name] = value
+    return attributes
+
+
+# netCDF4-python's names of blosc's compressors (its _blosc_dict_inv), by numcodecs' cname
+BLOSC_NAMES = {
+    "blosclz": "blosc_lz",
+    "lz4": "blosc_lz4",
+    "lz4hc": "blosc_lz4hc",
+    "snappy": "blosc_snappy",
+    "zlib": "blosc_zlib",
+    "zstd": "blosc_zstd",
+}
 
 
 def compression_encoding(variable: NCVariable) -> dict[str, Any]:
-    """The variable's codecs in netCDF4-python's encoding words (``zlib``, ``complevel``, ``shuffle``...)."""
-    encoding: dict[str, Any] = {}
+    """The variable's codecs as netCDF4-python's ``filters()`` reports them for NCZarr: ``zlib``, ``szip``,
+    ``zstd``, ``bzip2``, ``blosc``, ``shuffle``, ``complevel``, ``fletcher32``, every key always there."""
+    encoding: dict[str, Any] = {
+        "zlib": False,
+        "szip": False,
+        "zstd": False,
+        "bzip2": False,
+        "blosc": False,
+        "shuffle": False,
+        "complevel": 0,
+        "fletcher32": False,
+    }
     for config in variable.layout.codecs.configs:
-        name = config.get("id")
+        name = str(config.get("id", "")).removeprefix("numcodecs.")
         if name == "shuffle":
             encoding["shuffle"] = True
+        elif name == "fletcher32":
+            encoding["fletcher32"] = True
         elif name in ("zlib", "gzip"):
-            encoding.update(zlib=True, complevel=int(config.get("level", 4)), compression="zlib")
-        elif name in ("zstd", "blosc"):
-            encoding["compression"] = name
-            level = config.get("level", config.get("clevel"))
-            if level is not None:
-                encoding["complevel"] = int(level)
+            encoding.update(zlib=True, complevel=int(config.get("level", 4)))
+        elif name == "zstd":
+            encoding.update(zstd=True, complevel=int(config.get("level", 0)))
+        elif name == "bz2":
+            encoding.update(bzip2=True, complevel=int(config.get("level", 9)))
+        elif name == "blosc":
+            compressor = BLOSC_NAMES.get(str(config.get("cname", "blosclz")), f"blosc_{config.get('cname')}")
+            encoding["blosc"] = {"compressor": compressor, "shuffle": int(config.get("shuffle", 1))}
+            encoding["complevel"] = int(config.get("clevel", 5))
+        elif name == "szip":
+            coding = "ec" if int(config.get("mask", 0)) & 4 else "nn"
+            encoding["szip"] = {"coding": coding, "pixels_per_block": int(config.get("pixels-per-block", 0))}
     return encoding
+
+
+def source_name(source: Source) -> str | None:
+    """The dataset's name in ``encoding["source"]``: the URL or path as given (a password hidden), as the
+    netcdf4 engine shows the name it opened; None for open maps and datasets (their location is shown)."""
+    if isinstance(source, ParsedURL):
+        return source.original
+    if isinstance(source, str | os.PathLike) and isinstance(os.fspath(source), str):
+        try:
+            return parse_url(source).original
+        except URLError:
+            return os.fspath(source)
+    return None
 
 
 def open_handle(source: Source, mode: str = "r", **map_options: object) -> tuple[DatasetHandle, bool]:
@@ -208,7 +275,8 @@ class NCZmapBackendEntrypoint(BackendEntrypoint):
     ) -> XDataset:
         handle, owned = open_handle(filename_or_obj, **(map_options or {}))
         try:
-            store = NCZmapDataStore(handle, find_group(handle.dataset, group).path, owned)
+            group_path = find_group(handle.dataset, group).path
+            store = NCZmapDataStore(handle, group_path, owned, source_name(filename_or_obj))
             return StoreBackendEntrypoint().open_dataset(
                 store,
                 mask_and_scale=mask_and_scale,
@@ -230,9 +298,10 @@ class NCZmapBackendEntrypoint(BackendEntrypoint):
         handle, owned = open_handle(filename_or_obj, **(map_options or {}))
         try:
             top = find_group(handle.dataset, group)
+            source = source_name(filename_or_obj)
             groups = {}
             for node in top.walk():
-                store = NCZmapDataStore(handle, node.path, owned=False)
+                store = NCZmapDataStore(handle, node.path, owned=False, source=source)
                 relative = "/" + node.path[len(top.path) :].strip("/")
                 groups[relative] = StoreBackendEntrypoint().open_dataset(store, **decoding)
         except BaseException:
