@@ -5,21 +5,31 @@ never leaves a stale tail (netcdf-c bug 1), creating over a directory that is no
 (bug 2), missing parent directories are created (bug 5), and deleting prunes directories left empty. One
 writer at a time (:mod:`nczmap.zmap.locking`); the next writer removes the temporary files of one that died.
 
-No key reaches outside the store: symbolic links inside it are followed only while they stay inside the
-store's real directory. Every operation checks the real path of the directory it works in (once per
-directory and open map) and of an object that is itself a link. A key that leaves is ``AccessDenied``.
+No key reaches outside the store, whatever happens to its paths meanwhile: the map holds the store's
+directory open (:class:`~nczmap.zmap.beneath.Beneath`) and reaches every object and directory from that
+descriptor: in one ``openat2(RESOLVE_BENEATH)`` call where Linux has it, else (and wherever a link is met)
+a component at a time, never letting the kernel follow a link. Symbolic links in the store are followed
+only while they stay beneath it; a key that leaves is ``AccessDenied``. Directory descriptors are cached,
+so an object in a directory met before costs one ``openat`` even without ``openat2``. A store removed while
+open reads as ``DatasetNotFound``; one replaced by another directory (``nczmap copy`` renames a new store
+into place) is opened again when a key is missing from the old one.
 
 Objects are regular files. A FIFO, socket or device in the store is no object (``exists`` is False, ``len``
-and ``read`` raise ``EmptyError``, as for a directory), and is never opened in a way that could block.
+and ``read`` raise ``EmptyError``, as for a directory), and is never opened in a way that could block. A key
+longer than the file system's limits (``PC_PATH_MAX`` with the store's path, ``PC_NAME_MAX`` a name) names
+no object and cannot be written (``KeyNameError``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
-import shutil
 import stat
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from nczmap.errors import (
     AccessDenied,
@@ -27,17 +37,27 @@ from nczmap.errors import (
     DatasetNotFound,
     EmptyError,
     KeyConflictError,
+    KeyNameError,
+    NCZError,
     StorageError,
     from_os_error,
 )
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges, locking
 from nczmap.zmap.base import STORE_MARKERS, ZMap
-from nczmap.zmap.keys import ROOT, TEMP_PREFIX, ancestors, is_listable_name, join, normalize_key, sort_names
-from nczmap.zmap.osutil import remove_if_present
+from nczmap.zmap.beneath import Beneath, NotRegular
+from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_listable_name, normalize_key, sort_names
+
+if TYPE_CHECKING:
+    from nczmap.zmap.beneath import _Held
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENXIO)  # ENXIO: opening a socket
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
 _TEMPORARY = re.compile(re.escape(TEMP_PREFIX) + "[0-9a-f]{16}")  # what _replace writes before renaming
+_CACHED_DIRECTORIES = 256
+_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+Parts = Sequence[str]
 
 
 class FileMap(ZMap):
@@ -48,6 +68,12 @@ class FileMap(ZMap):
         super().__init__(url, mode)
         self.root = url.path
         self._writer_lock: locking.WriterLock | None = None
+        self._beneath: Beneath | None = None
+        self._identity = (0, 0)  # st_dev, st_ino of the directory held
+        self._retired: list[Beneath] = []  # held before the store was replaced; closed at close
+        self._reopening = threading.Lock()
+        self._path_max, self._name_max = _limits(self.root)
+        self._root_bytes = len(os.fsencode(self.root))
         try:
             if lock and mode in ("a", "w"):
                 self._writer_lock = locking.acquire(self.root)  # before anything is created or emptied
@@ -55,14 +81,10 @@ class FileMap(ZMap):
             if lock and mode == "r+":
                 self._writer_lock = locking.acquire(self.root)  # once the dataset is known to exist
             if self._writer_lock is not None and self._writer_lock.stale:
-                _remove_temporaries(self.root)
+                _remove_temporaries(self._held().fd)
         except BaseException:
-            if self._writer_lock is not None:
-                self._writer_lock.release()
+            self._release()
             raise
-        self._real_root = os.path.realpath(self.root)
-        self._directory_inside: dict[str, bool] = {}  # directory key -> really in the store (links only)
-        self._scanned: set[str] = set()  # directory keys whose entries were checked for links
 
     def reopen_options(self) -> dict[str, object]:
         # A copy in another process (a dask worker) writes under the lock this map holds.
@@ -70,22 +92,35 @@ class FileMap(ZMap):
 
     # ----------------------------------------------------------------- opening
     def _open_root(self) -> None:
+        replace = False
         if self.mode == "w":
-            if check_replaceable(self.root):
-                self._truncate()
-            else:
+            replace = check_replaceable(self.root)
+            if not replace:
                 self._makedirs(self.root)
-            return
-        kind = _path_kind(self.root)
-        if kind == "missing":
-            if self.mode != "a":
-                raise DatasetNotFound(f"no dataset at {self.root!r} (file driver)")
-            self._makedirs(self.root)
-        elif kind != "dir":
-            raise StorageError(
-                f"{self.root!r} is not a directory: the file driver needs a "
-                "directory (use mode=zip for a zip archive)"
-            )
+        else:
+            kind = _path_kind(self.root)
+            if kind == "missing":
+                if self.mode != "a":
+                    raise DatasetNotFound(f"no dataset at {self.root!r} (file driver)")
+                self._makedirs(self.root)
+            elif kind != "dir":
+                raise StorageError(
+                    f"{self.root!r} is not a directory: the file driver needs a "
+                    "directory (use mode=zip for a zip archive)"
+                )
+        self._hold_root()
+        if replace:
+            self._truncate()
+
+    def _hold_root(self) -> None:
+        try:
+            beneath = Beneath(self.root, f"the store {self.root!r}", cache=_CACHED_DIRECTORIES)
+        except OSError as exc:
+            if exc.errno in _MISSING:
+                raise DatasetNotFound(f"no dataset at {self.root!r} (file driver)") from None
+            raise from_os_error(exc, f"cannot open dataset {self.root!r}") from exc
+        info = os.fstat(beneath.fd)
+        self._beneath, self._identity = beneath, (info.st_dev, info.st_ino)
 
     def _makedirs(self, path: str) -> None:
         try:
@@ -95,105 +130,115 @@ class FileMap(ZMap):
         except OSError as exc:
             raise from_os_error(exc, f"cannot create directory {path!r}") from exc
 
-    # ----------------------------------------------------------------- primitives
-    def _path(self, key: str) -> str:
-        return self.root if key == ROOT else self.root + key
+    def _held(self) -> Beneath:
+        if self._beneath is None:
+            raise StorageError(f"{self.location} is closed")
+        return self._beneath
 
-    # ----------------------------------------------------------------- staying inside the store
-    def _is_inside(self, real: str) -> bool:
-        root = self._real_root
-        return real == root or real.startswith(root.rstrip("/") + "/")
+    # ----------------------------------------------------------------- keys as paths
+    def _parts(self, key: str) -> list[str] | None:
+        """The key's path below the store; None when the file system cannot hold a name that long."""
+        parts = key[1:].split("/")
+        length = len(key) * 4  # UTF-8 bytes at most
+        if length <= self._name_max and self._root_bytes + length < self._path_max:
+            return parts
+        if self._root_bytes + len(key.encode()) >= self._path_max:
+            return None
+        return parts if all(len(part.encode()) <= self._name_max for part in parts) else None
 
-    def _escapes(self, key: str) -> AccessDenied:
-        return AccessDenied(
-            f"key {key!r} of {self.root!r} leads outside the store through a symbolic link: not followed"
+    def _too_long(self, key: str) -> KeyNameError:
+        return KeyNameError(
+            f"cannot write {key!r} in {self.root!r}: the key is longer than the file system allows "
+            f"({self._path_max} bytes with the store's path, {self._name_max} a name)"
         )
 
-    def _check_directory(self, directory: str, key: str) -> None:
-        """Refuse to work in ``directory`` (a key) for ``key`` if the directory really lies outside."""
-        if not self._directory_is_inside(directory):
-            raise self._escapes(key)
-
-    def _directory_is_inside(self, directory: str) -> bool:
-        """Whether a directory key really lies in the store: learnt per parent from one scan of its
-        entries (no syscall per directory), with a full resolution only where a link is met."""
-        inside = self._directory_inside.get(directory)
-        if inside is not None:
-            return inside
-        if directory == ROOT:
-            return True  # the root itself (named by the user, a link or not)
-        parent = directory.rpartition("/")[0] or ROOT
-        if not self._directory_is_inside(parent):
-            return False
-        if parent not in self._scanned:
-            self._scan_links(parent)
-        # Not seen in the scan: absent then, so it will be a real directory made here (or never exist).
-        return self._directory_inside.get(directory, True)
-
-    def _scan_links(self, parent: str) -> None:
-        self._scanned.add(parent)
+    def _after_miss(self, directory: Parts) -> str:
+        """Why something was missing: ``"gone"`` (the store was removed), ``"retry"`` (the store was
+        replaced, or cached directories on the way removed: look again) or ``"absent"``."""
+        held = self._held()
         try:
-            with os.scandir(self._path(parent)) as entries:
-                for entry in entries:
-                    if entry.is_symlink():
-                        inside = self._is_inside(os.path.realpath(entry.path))
-                        self._directory_inside[join(parent, entry.name)] = inside
+            info = os.stat(self.root)
+        except (FileNotFoundError, NotADirectoryError):
+            return "gone"
         except OSError:
-            pass  # not a directory (yet): nothing under it can be a link
+            return "absent"
+        if (info.st_dev, info.st_ino) != self._identity:
+            return self._reopen_root(held) if stat.S_ISDIR(info.st_mode) else "gone"
+        return "retry" if held.forget_removed(directory) else "absent"
 
-    def _open_inside(self, key: str) -> int:
-        """A descriptor for reading ``key``, refused if it leads out of the store through a link.
+    def _reopen_root(self, old: Beneath) -> str:
+        """Hold the directory the store's path names now (another program replaced the store)."""
+        with self._reopening:
+            if self._beneath is not old:
+                return "retry"  # another thread did it
+            try:
+                self._hold_root()
+            except NCZError:
+                return "gone"
+            self._retired.append(old)  # other threads may be walking from it: closed at close
+        return "retry"
 
-        Non-blocking, so that opening a FIFO returns at once: :meth:`_open_object` then refuses it."""
-        self._check_directory(key.rpartition("/")[0] or ROOT, key)
-        path = self._path(key)
-        try:
-            return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:  # ELOOP: the object itself is a link; see where it goes
-                raise
-        if not self._is_inside(os.path.realpath(path)):
-            raise self._escapes(key)
-        return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-
+    # ----------------------------------------------------------------- reading
     def _open_object(self, key: str) -> int:
         """A descriptor of the object at ``key``: ``EmptyError`` unless it is a regular file."""
-        try:
-            fd = self._open_inside(key)
-        except OSError as exc:
-            raise self._read_error(key, exc) from None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory, FIFO or device: no object
-            os.close(fd)
-            raise EmptyError(key, self.root)
-        return fd
+        parts = self._parts(key)
+        if parts is None:
+            raise self._read_error(key, OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG)))
+        for attempt in (1, 2):
+            try:
+                return self._held().open_file(parts, key)
+            except NotRegular:
+                raise EmptyError(key, self.root) from None
+            except AccessDenied:
+                raise
+            except OSError as exc:
+                if exc.errno not in _MISSING:
+                    raise self._read_error(key, exc) from None
+                why = self._after_miss(parts[:-1])
+                if why == "gone":
+                    raise self._removed(key) from None
+                if why == "absent" or attempt == 2:
+                    raise EmptyError(key, self.root) from None
+        raise AssertionError("unreachable")
+
+    def _removed(self, key: str) -> DatasetNotFound:
+        # else every chunk of a deleted store would read as fill values
+        return DatasetNotFound(f"{self.root!r} was removed while open: cannot read {key!r}")
+
+    def _read_error(self, key: str, exc: OSError) -> NCZError:
+        if exc.errno in _EMPTY_ERRNOS:
+            return EmptyError(key, self.root)
+        return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
 
     def _stat(self, key: str) -> os.stat_result | None:
-        path = self._path(key)
-        try:
-            st = os.stat(path, follow_symlinks=False)
-            if stat.S_ISLNK(st.st_mode):
-                if not self._is_inside(os.path.realpath(path)):
-                    raise self._escapes(key)
-                st = os.stat(path)
-        except OSError as exc:
-            if isinstance(exc, AccessDenied):
-                raise
-            if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
-                return None
-            raise from_os_error(exc, f"cannot stat {key!r} in {self.root!r}") from exc
-        if not stat.S_ISREG(st.st_mode):
+        parts = self._parts(key)
+        if parts is None:
             return None
-        self._check_directory(key.rpartition("/")[0] or ROOT, key)
-        return st
+        for attempt in (1, 2):
+            try:
+                info = self._held().stat(parts, key)
+            except NotRegular:
+                return None
+            except AccessDenied:
+                raise
+            except OSError as exc:
+                if exc.errno not in _EMPTY_ERRNOS:
+                    raise from_os_error(exc, f"cannot stat {key!r} in {self.root!r}") from exc
+                info = None
+            if info is not None:
+                return info if stat.S_ISREG(info.st_mode) else None
+            if attempt == 2 or self._after_miss(parts[:-1]) != "retry":
+                return None
+        return None
 
     def _exists(self, key: str) -> bool:
         return self._stat(key) is not None
 
     def _len(self, key: str) -> int:
-        st = self._stat(key)
-        if st is None:
+        info = self._stat(key)
+        if info is None:
             raise EmptyError(key, self.root)
-        return st.st_size
+        return info.st_size
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         fd = self._open_object(key)
@@ -213,15 +258,36 @@ class FileMap(ZMap):
         finally:
             os.close(fd)
 
-    def _read_error(self, key: str, exc: OSError) -> Exception:
-        if isinstance(exc, AccessDenied):  # ours already (a link leaving the store)
-            return exc
-        if exc.errno in _EMPTY_ERRNOS:
-            if not os.path.isdir(self.root):  # else every chunk of a deleted store would read as fill values
-                return DatasetNotFound(f"{self.root!r} was removed while open: cannot read {key!r}")
-            return EmptyError(key, self.root)
-        return from_os_error(exc, f"cannot read {key!r} in {self.root!r}")
+    def _search(self, prefix: str) -> list[str]:
+        parts = [] if prefix == ROOT else self._parts(prefix)
+        if parts is None:
+            return []
+        for attempt in (1, 2):
+            names = self._list(parts, prefix)
+            if names or attempt == 2 or self._after_miss(parts) != "retry":
+                return sort_names(names)
+        return []
 
+    def _list(self, parts: Parts, prefix: str) -> list[str]:
+        try:
+            fd = self._held().open_directory(parts, prefix)
+        except AccessDenied:
+            raise
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS:
+                return []
+            raise from_os_error(exc, f"cannot list {prefix!r} in {self.root!r}") from exc
+        try:
+            with os.scandir(fd) as entries:
+                return [entry.name for entry in entries if is_listable_name(entry.name)]
+        except OSError as exc:
+            if exc.errno in _EMPTY_ERRNOS:
+                return []
+            raise from_os_error(exc, f"cannot list {prefix!r} in {self.root!r}") from exc
+        finally:
+            os.close(fd)
+
+    # ----------------------------------------------------------------- writing
     def _write(self, key: str, data: memoryview) -> None:
         def fill(fd: int) -> None:
             with os.fdopen(fd, "wb", closefd=False) as handle:
@@ -245,88 +311,175 @@ class FileMap(ZMap):
             os.close(reader)
         return True
 
-    def _replace(self, key: str, fill) -> None:
+    def _replace(self, key: str, fill: Callable[[int], None]) -> None:
         """Write ``key`` atomically: ``fill`` writes a temporary file beside it, which then replaces it."""
-        path = self._path(key)
-        directory = os.path.dirname(path)
-        self._ensure_parent(key, directory)
-        if os.path.isdir(path):
-            raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: it is a directory")
-        temp = os.path.join(directory, f"{TEMP_PREFIX}{os.urandom(8).hex()}")
-        try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        parts = self._parts(key)
+        if parts is None:
+            raise self._too_long(key)
+        for attempt in (1, 2):
+            parent = self._parent_for_writing(parts, key)
             try:
-                fill(fd)
-            finally:
-                os.close(fd)
-            os.replace(temp, path)
-        except BaseException as exc:
-            remove_if_present(temp)
-            if isinstance(exc, OSError):
+                self._refuse_directory(parent.fd, parts, key)
+                _replace_in(parent.fd, parts[-1], fill)
+                return
+            except FileNotFoundError:  # the directory was removed since it was cached
+                if attempt == 2 or self._after_miss(parts[:-1]) != "retry":
+                    raise StorageError(
+                        f"cannot write {key!r} in {self.root!r}: its directory was removed"
+                    ) from None
+            except OSError as exc:
+                if isinstance(exc, NCZError):
+                    raise
                 raise from_os_error(exc, f"cannot write {key!r} in {self.root!r}") from exc
-            raise
+            finally:
+                parent.release()
 
-    def _ensure_parent(self, key: str, directory: str) -> None:
-        """Make the key's directory, after checking that its existing ancestors really are in the store."""
-        self._check_directory(key.rpartition("/")[0] or ROOT, key)
-        if os.path.isdir(directory):
-            return
-        for ancestor in reversed(ancestors(key)):
-            if os.path.isfile(self._path(ancestor)):
-                raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: {ancestor!r} is an object")
-        self._makedirs(directory)
-
-    def _search(self, prefix: str) -> list[str]:
-        path = self._path(prefix)
-        self._check_directory(prefix, prefix)
+    def _refuse_directory(self, parent: int, parts: Parts, key: str) -> None:
+        """KeyConflictError if ``key`` is a directory (or a link to one in the store)."""
         try:
-            with os.scandir(path) as entries:
-                names = [entry.name for entry in entries if is_listable_name(entry.name)]
+            mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
+            if stat.S_ISLNK(mode):
+                info = self._held().stat(parts, key)
+                mode = info.st_mode if info is not None else 0
+        except OSError:  # absent, or a link leading out (AccessDenied): replaced, never followed
+            return
+        if stat.S_ISDIR(mode):
+            raise KeyConflictError(f"cannot write {key!r} in {self.root!r}: it is a directory")
+
+    def _parent_for_writing(self, parts: Parts, key: str) -> _Held:
+        """The key's directory, held; missing directories are made one at a time beneath the store."""
+        directory = parts[:-1]
+        missing = 0  # components at the end of ``directory`` that do not exist
+        while True:
+            try:
+                held = self._held().directory(directory[: len(directory) - missing], key)
+                break
+            except FileNotFoundError:
+                missing += 1
+            except NotADirectoryError:  # an object in the way: found making them all from the top
+                held, missing = self._held().directory((), key), len(directory)
+                break
+            except OSError as exc:
+                raise self._write_error(key, exc) from None
+        if missing:
+            self._held().forget_removed(directory)
+        for depth in range(len(directory) - missing + 1, len(directory) + 1):
+            try:
+                child = self._directory_made(held.fd, directory[:depth], key)
+            finally:
+                held.release()
+            held = child
+        return held
+
+    def _directory_made(self, parent: int, directory: Parts, key: str) -> _Held:
+        try:
+            os.mkdir(directory[-1], dir_fd=parent)
+        except FileExistsError:
+            pass
         except OSError as exc:
-            if exc.errno in _EMPTY_ERRNOS or exc.errno == errno.ENAMETOOLONG:
-                return []
-            raise from_os_error(exc, f"cannot list {prefix!r} in {self.root!r}") from exc
-        return sort_names(names)
-
-    def _delete(self, key: str) -> None:
-        path = self._path(key)
-        self._check_directory(key.rpartition("/")[0] or ROOT, key)
+            raise self._write_error(key, exc) from None
         try:
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
+            return self._held().directory(directory, key)
+        except NotADirectoryError:
+            ancestor = "/" + "/".join(directory)
+            raise KeyConflictError(
+                f"cannot write {key!r} in {self.root!r}: {ancestor!r} is an object"
+            ) from None
+        except OSError as exc:
+            raise self._write_error(key, exc) from None
+
+    def _write_error(self, key: str, exc: OSError) -> NCZError:
+        if isinstance(exc, NCZError):
+            return exc
+        return from_os_error(exc, f"cannot write {key!r} in {self.root!r}")
+
+    # ----------------------------------------------------------------- deleting
+    def _delete(self, key: str) -> None:
+        parts = self._parts(key)
+        if parts is None:
+            return  # no such name can exist here
+        try:
+            parent = self._held().directory(parts[:-1], key)
+        except AccessDenied:
+            raise
+        except OSError as exc:
+            if exc.errno in _MISSING:
+                return
+            raise self._delete_error(key, exc) from None
+        try:
+            removed = self._remove(parent.fd, parts, key)
+        finally:
+            parent.release()
+        if removed:
+            self._prune(parts)
+
+    def _remove(self, parent: int, parts: Parts, key: str) -> bool:
+        """Remove the entry ``parts[-1]``: a link itself (never what it points at), a file or a tree."""
+        name = parts[-1]
+        mode = 0
+        try:
+            mode = os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                _remove_tree(parent, name)
             else:
-                os.unlink(path)
-        except FileNotFoundError:
-            return
+                os.unlink(name, dir_fd=parent)
         except OSError as exc:
             if exc.errno in _EMPTY_ERRNOS:
-                return
-            raise from_os_error(exc, f"cannot delete {key!r} in {self.root!r}") from exc
-        self._prune(key)
+                return False
+            raise self._delete_error(key, exc) from None
+        finally:
+            if stat.S_ISDIR(mode) or stat.S_ISLNK(mode):
+                self._held().forget(parts)  # it, or what the link led to, may be cached
+        return True
 
-    def _prune(self, key: str) -> None:
-        for ancestor in ancestors(key):
-            if ancestor == ROOT:
-                return
+    def _delete_error(self, key: str, exc: OSError) -> NCZError:
+        return from_os_error(exc, f"cannot delete {key!r} in {self.root!r}")
+
+    def _prune(self, parts: Parts) -> None:
+        """Remove the directories above ``parts`` left empty, nearest first (never the root)."""
+        removed = None
+        for depth in range(len(parts) - 1, 0, -1):
+            directory = parts[:depth]
             try:
-                os.rmdir(self._path(ancestor))
+                parent = self._held().directory(directory[:-1], "/" + "/".join(directory))
             except OSError:
-                return
+                break
+            try:
+                os.rmdir(directory[-1], dir_fd=parent.fd)
+            except OSError:
+                break
+            finally:
+                parent.release()
+            removed = directory
+        if removed is not None:
+            self._held().forget(removed)  # once, for all below it
 
     def _truncate(self) -> None:
+        beneath = self._held()
         try:
-            with os.scandir(self.root) as entries:
-                for entry in list(entries):
-                    _remove_entry(entry)
-        except FileNotFoundError:
-            self._makedirs(self.root)
+            _empty_directory(beneath.fd)
         except OSError as exc:
             raise from_os_error(exc, f"cannot truncate {self.root!r}") from exc
+        finally:
+            beneath.forget()
 
+    # ----------------------------------------------------------------- closing
     def _close(self, delete: bool) -> None:
         try:
-            if delete:
-                shutil.rmtree(self.root, ignore_errors=True)
+            if delete and self._beneath is not None:
+                try:
+                    _empty_directory(self._beneath.fd)
+                    os.rmdir(self.root)
+                except OSError:
+                    pass  # as much as could be removed
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        try:
+            for beneath in [*self._retired, *([self._beneath] if self._beneath else [])]:
+                beneath.close()
+            self._retired, self._beneath = [], None
         finally:
             if self._writer_lock is not None:
                 self._writer_lock.release()
@@ -334,6 +487,34 @@ class FileMap(ZMap):
     def abort(self) -> None:
         """Close; a dataset being created (mode ``w``) is removed, as netcdf-c's ``nc_abort`` does."""
         self.close(delete=self.mode == "w" and not self.closed)
+
+
+def _limits(root: str) -> tuple[int, int]:
+    """The file system's longest path and name (bytes) at ``root`` or the nearest existing parent."""
+    path = os.path.abspath(root)
+    while True:
+        try:
+            return os.pathconf(path, "PC_PATH_MAX"), os.pathconf(path, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            if path == os.path.dirname(path):
+                return 4096, 255
+            path = os.path.dirname(path)
+
+
+def _replace_in(directory: int, name: str, fill: Callable[[int], None]) -> None:
+    """Write ``name`` in the held ``directory`` through a temporary file renamed over it."""
+    temp = f"{TEMP_PREFIX}{os.urandom(8).hex()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666, dir_fd=directory)
+    try:
+        try:
+            fill(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=directory)
+        raise
 
 
 def _kernel_copy(reader: int, writer: int, size: int) -> None:
@@ -372,18 +553,116 @@ def _path_kind(path: str) -> str:
     return "dir" if stat.S_ISDIR(st.st_mode) else "file"
 
 
-def _remove_temporaries(root: str) -> None:
+# ----------------------------------------------------------------- trees, without recursion or links
+def _entries(directory: int) -> tuple[list[str], list[str]]:
+    """The subdirectories (real ones, not links) and the other entries of an open directory."""
+    directories: list[str] = []
+    others: list[str] = []
+    # a descriptor of its own: one shared with other threads shares the position in the listing
+    own = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        with os.scandir(own) as entries:
+            for entry in entries:
+                try:
+                    is_directory = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_directory = False
+                (directories if is_directory else others).append(entry.name)
+    finally:
+        os.close(own)
+    return directories, others
+
+
+def _open_subdirectory(parent: int, name: str) -> int | None:
+    """A descriptor of the real directory ``name``; None if it is gone or no longer a directory."""
+    try:
+        return os.open(name, _OPEN_DIRECTORY, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+
+
+def _walk_tree(
+    top: int, visit: Callable[[int], list[str]], leave: Callable[[int, str], None] | None = None
+) -> None:
+    """Depth first through the open directory ``top`` and the real directories below it (links are never
+    followed): ``visit(fd)`` handles a directory's entries and returns the subdirectories to enter, and
+    ``leave(parent, name)`` runs once a subdirectory is done (or found no longer a directory). No
+    recursion (``shutil.rmtree`` and ``os.fwalk`` recurse once per level); one descriptor a level."""
+    stack: list[tuple[int, str, int, list[str]]] = [(-1, "", top, [])]
+    try:
+        stack[0][3].extend(visit(top))
+        while stack:
+            up, name, fd, left = stack[-1]
+            if not left:
+                stack.pop()
+                if fd != top:
+                    os.close(fd)
+                    if leave is not None:
+                        leave(up, name)
+                continue
+            child = left.pop()
+            opened = _open_subdirectory(fd, child)
+            if opened is None:
+                if leave is not None:
+                    leave(fd, child)
+                continue
+            stack.append((fd, child, opened, []))
+            stack[-1][3].extend(visit(opened))
+    finally:
+        for _, _, fd, _ in stack:
+            if fd != top:
+                os.close(fd)
+
+
+def _unlink_present(directory: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=directory)
+
+
+def _remove_entry(directory: int, name: str) -> None:
+    """Remove the empty directory, link or file ``name``."""
+    try:
+        os.rmdir(name, dir_fd=directory)
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError:  # a link (removed itself, never what it points at) or a file
+        _unlink_present(directory, name)
+
+
+def _clear_files(directory: int) -> list[str]:
+    """Unlink every entry of ``directory`` but its subdirectories, which are returned."""
+    directories, others = _entries(directory)
+    for name in others:
+        _unlink_present(directory, name)
+    return directories
+
+
+def _empty_directory(directory: int) -> None:
+    _walk_tree(directory, _clear_files, _remove_entry)
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """``rm -r name`` in the open directory ``parent``, never following a link."""
+    top = _open_subdirectory(parent, name)
+    if top is not None:
+        try:
+            _empty_directory(top)
+        finally:
+            os.close(top)
+    _remove_entry(parent, name)
+
+
+def _remove_temporaries(root: int) -> None:
     """Remove the temporary files of a writer that died in the store (``_replace`` makes them)."""
-    for directory, subdirectories, files in os.walk(root):
-        # a staging directory (a copy into a dataset nested here) is not ours to sweep
-        subdirectories[:] = [name for name in subdirectories if not name.startswith(TEMP_PREFIX)]
-        for name in files:
+
+    def visit(directory: int) -> list[str]:
+        directories, others = _entries(directory)
+        for name in others:
             if _TEMPORARY.fullmatch(name):
-                remove_if_present(os.path.join(directory, name))
+                _unlink_present(directory, name)
+        # a staging directory (a copy into a dataset nested here) is not ours to sweep
+        return [name for name in directories if not name.startswith(TEMP_PREFIX)]
 
-
-def _remove_entry(entry: os.DirEntry) -> None:
-    if entry.is_dir(follow_symlinks=False):
-        shutil.rmtree(entry.path)
-    else:
-        os.unlink(entry.path)
+    _walk_tree(root, visit)
