@@ -108,7 +108,7 @@ def _open_for_dump(args: argparse.Namespace):
     from nczmap.api import open_dataset
 
     path = args.url[len("file://") :] if args.url.startswith("file://") else args.url
-    if "#" not in args.url and not args.allow:
+    if "#" not in args.url and not args.allow and os.path.isfile(path):  # a store is a directory or zip
         from nczmap.integrations.virtualize import is_source_file, open_source_file
 
         if is_source_file(path):
