@@ -136,7 +136,8 @@ def test_streams_and_frames_that_fit_still_decode(tmp_path, codec, encode):
 )
 def test_a_truncated_stream_is_a_format_error(tmp_path, codec, encode):
     path = dataset(tmp_path, codec, encode(np.arange(16, dtype="i1").tobytes()))
-    with pytest.raises(FormatError, match=rf"/v/0 with {codec}"):
+    # bz2 and lzma say the stream ended early; zstd's reader gives what it could decode, too few bytes
+    with pytest.raises(FormatError, match=rf"/v/0 with {codec}" if codec != "zstd" else r"'/v/0' holds 13"):
         read(path)
 
 

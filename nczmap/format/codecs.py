@@ -104,7 +104,7 @@ def _bounded_decode(codec, name: str | None, data, limit: int | None):
     if claimed is not None and claimed > limit:
         raise FormatError(f"it claims {claimed} bytes, more than the chunk's {limit}")
     if name == "zstd" and claimed is None:  # no size in the frame header: numcodecs would inflate it all
-        _check_zstd_size(data, limit)
+        return _decode_zstd_bounded(data, limit)
     return codec.decode(data)
 
 
@@ -147,19 +147,20 @@ def _decode_streams(make, data, limit: int) -> bytes:
             return bytes(out)
 
 
-def _check_zstd_size(data, limit: int) -> None:
-    """Refuse zstd frames that decode to more than ``limit`` bytes, counting their output in pieces
-    (``zstandard``'s reader stops at any size; numcodecs has no output limit)."""
+def _decode_zstd_bounded(data, limit: int) -> bytes:
+    """zstd frames (concatenated, as numcodecs reads them) decoded in pieces, refused past ``limit``
+    bytes (``zstandard``'s reader stops at any size; numcodecs has no output limit). The output is the
+    decoded chunk: decoding once, not measuring and then decoding again."""
     import zstandard
 
     reader = zstandard.ZstdDecompressor().stream_reader(bytes(data), read_across_frames=True)
-    produced = 0
+    out = bytearray()
     with reader:
-        while produced <= limit:
-            piece = reader.read(min(limit + 1 - produced, _ZSTD_PIECE))
+        while len(out) <= limit:
+            piece = reader.read(min(limit + 1 - len(out), _ZSTD_PIECE))
             if not piece:
-                return
-            produced += len(piece)
+                return bytes(out)
+            out += piece
     raise FormatError(f"it inflates beyond the chunk's {limit} bytes")
 
 
