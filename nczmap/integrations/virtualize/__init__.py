@@ -36,7 +36,7 @@ from nczmap.errors import FormatError, NCZError
 from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, plan
 from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
-from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
+from nczmap.integrations.virtualize.sources import LocalFile, SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
 
 # Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
@@ -206,12 +206,24 @@ def _parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
 
 def _parse_all(files: list[SourceFile], options: ParseOptions, executor) -> list[ParsedFile]:
     """Every file parsed, in order; concurrently when there are several."""
-    if len(files) == 1:
-        return [_parse(files[0], options)]
+    if len(files) == 1 or (executor is None and all(isinstance(f, LocalFile) for f in files)):
+        return _parse_serially(files, options)  # local: no waiting to overlap (and h5py serialises)
     if executor is None:
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
             return _collect(files, [pool.submit(_parse, f, options) for f in files])
     return _collect(files, [executor.submit(_parse, f, options) for f in files])
+
+
+def _parse_serially(files: list[SourceFile], options: ParseOptions) -> list[ParsedFile]:
+    parsed: list[ParsedFile] = []
+    try:
+        for file in files:
+            parsed.append(_parse(file, options))
+    except BaseException:
+        for item in parsed:
+            item.close()
+        raise
+    return parsed
 
 
 def _collect(files: list[SourceFile], futures) -> list[ParsedFile]:

@@ -62,8 +62,13 @@ def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
     return False
 
 
+EAGER_BYTES = 64 << 10  # variables this small have their values read while parsing (coordinates, mostly)
+
+
 def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
-    """The netCDF model of a netCDF-4/HDF5 file. The file stays open (h5py) until ``ParsedFile.close``."""
+    """The netCDF model of a netCDF-4/HDF5 file. h5py's handle is closed before returning (many open
+    HDF5 files make every close slower): small variables' values are read now, larger ones by opening
+    the file again if they are loaded."""
     try:
         import h5py
     except ImportError as exc:
@@ -72,29 +77,61 @@ def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
         raise DriverNotAvailable(
             "virtualizing netCDF-4/HDF5 files needs h5py: pip install 'nczmap[virtual]'"
         ) from exc
-    handle = file.open(h5py)
+    opener = _Opener(file, h5py)
     try:
-        parsed = _read_tree(handle, file)
-    except BaseException:
-        handle.close()
-        raise
-    parsed.closers.append(handle.close)
+        parsed = _read_tree(opener, file)
+        _read_small_values(parsed)
+    finally:
+        opener.close()
+    parsed.closers.append(opener.close)
     return parsed
 
 
-def _read_tree(handle, file: SourceFile) -> ParsedFile:
-    """The netCDF model of an open HDF5 file, as netCDF-C presents it."""
-    reader = _TreeReader(file)
+class _Opener:
+    """The HDF5 file through h5py, opened when needed (again, after ``close``)."""
+
+    def __init__(self, file: SourceFile, h5py) -> None:
+        self.file, self.h5py = file, h5py
+        self.handle = None
+
+    def root(self):
+        if self.handle is None:
+            self.handle = self.file.open(self.h5py)
+        return self.handle
+
+    def values(self, name: str) -> np.ndarray:
+        return np.asarray(self.root()[name][()])
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+def _read_small_values(parsed: ParsedFile) -> None:
+    for group in parsed.root.walk():
+        for variable in group.variables.values():
+            storage = variable.storages[0]
+            nbytes = math.prod(storage.shape) * variable.layout.dtype.storage.itemsize
+            if storage.values is not None and nbytes <= EAGER_BYTES:
+                values = storage.values()
+                storage.values = lambda values=values: values
+
+
+def _read_tree(opener: _Opener, file: SourceFile) -> ParsedFile:
+    """The netCDF model of an HDF5 file, as netCDF-C presents it."""
+    reader = _TreeReader(file, opener)
     root = Group("/", None)
-    reader.read_group(handle["/"], root)
+    reader.read_group(opener.root()["/"], root)
     reader.resolve_variables(root)
     reader.size_unlimited()
     return ParsedFile(file.name, root, reader.refused, "netcdf4")
 
 
 class _TreeReader:
-    def __init__(self, file: SourceFile) -> None:
+    def __init__(self, file: SourceFile, opener: _Opener) -> None:
         self.file = file
+        self.opener = opener
         self.source = file.name
         self.refused: list[Refusal] = []
         self.dims_by_path: dict[str, Dimension] = {}
@@ -178,7 +215,7 @@ class _TreeReader:
             storage = _strings(dataset, self.file)
             storage_dtype = np.dtype(f"S{max(1, _longest(storage))}")
         else:
-            storage = _storage(dataset, self.file, storage_dtype.itemsize)
+            storage = _storage(dataset, self.file, storage_dtype.itemsize, self.opener)
         codecs = storage.codecs
         compressors = ("zlib", "zstd", "bz2", "blosc")
         compressor = codecs[-1] if codecs and codecs[-1]["id"] in compressors else None
@@ -400,7 +437,7 @@ def _longest(storage: Storage) -> int:
     return max((len(str(v).encode("utf-8", "surrogateescape")) for v in flat), default=1)
 
 
-def _storage(dataset, file: SourceFile, itemsize: int) -> Storage:
+def _storage(dataset, file: SourceFile, itemsize: int, opener: _Opener) -> Storage:
     from h5py import h5d
 
     source = file.name
@@ -408,13 +445,9 @@ def _storage(dataset, file: SourceFile, itemsize: int) -> Storage:
     layout = plist.get_layout()
     shape = tuple(int(n) for n in dataset.shape)
 
-    def values() -> np.ndarray:
-        return np.asarray(dataset[()])
-
-    def chunk_bytes(corner: tuple[int, ...]) -> bytes:
-        return bytes(dataset.id.read_direct_chunk(tuple(corner))[1])
-
-    common = {"read": file.read, "values": values, "chunk_bytes": chunk_bytes}
+    name = dataset.name
+    # chunks are read as the file's bytes (file.read): read_direct_chunk gives the same, through h5py
+    common = {"read": file.read, "values": lambda: opener.values(name)}
     if layout == getattr(h5d, "VIRTUAL", 3):
         return Storage(source, "contiguous", shape, problem="it is an HDF5 virtual dataset", **common)
     if plist.get_external_count():
