@@ -40,6 +40,7 @@ The model (names as rioxarray's, so ``xarray.open_dataset`` gives what ``rioxarr
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from collections.abc import Callable
@@ -591,25 +592,14 @@ class _Georeference:
             )
             return
         try:
-            import pyproj
+            self.geographic, self.units, attributes = _epsg(code)
         except ImportError:
             refused.append(Refusal("/spatial_ref", "pyproj is not installed (nczmap[virtual])", source))
             return
-        try:
-            crs = pyproj.CRS.from_epsg(code)
-        except pyproj.exceptions.CRSError as exc:
+        except ValueError as exc:
             refused.append(Refusal("/spatial_ref", f"EPSG:{code} is unknown to PROJ: {exc}", source))
             return
-        self.geographic = crs.is_geographic
-        unit = crs.axis_info[0].unit_name if crs.axis_info else None
-        self.units = {"metre": "m", "meter": "m", "foot": "ft", "US survey foot": "US_survey_foot"}.get(
-            unit, unit
-        )
-        attributes = dict(crs.to_cf())
-        wkt = crs.to_wkt()
-        attributes["crs_wkt"] = wkt
-        attributes["spatial_ref"] = wkt
-        self.crs_attributes = attributes
+        self.crs_attributes = dict(attributes)  # a copy: GeoTransform is added per file
 
     def scaled(self, image: _Image, full: _Image) -> tuple[float, ...] | None:
         """The transform of an image whose extent is the full image's (overviews)."""
@@ -618,6 +608,25 @@ class _Georeference:
         a, b, c, d, e, f = self.transform
         sx, sy = full.width / image.width, full.height / image.height
         return (a * sx, b * sy, c, d * sx, e * sy, f)
+
+
+@functools.lru_cache(maxsize=64)
+def _epsg(code: int) -> tuple[bool, str | None, dict[str, object]]:
+    """(geographic, axis units, CF attributes with ``crs_wkt`` and ``spatial_ref``) of an EPSG CRS, once
+    per code: a collection's files share it, and PROJ takes milliseconds to describe one."""
+    import pyproj
+
+    try:
+        crs = pyproj.CRS.from_epsg(code)
+    except pyproj.exceptions.CRSError as exc:
+        raise ValueError(str(exc)) from None
+    unit = crs.axis_info[0].unit_name if crs.axis_info else None
+    units = {"metre": "m", "meter": "m", "foot": "ft", "US survey foot": "US_survey_foot"}.get(unit, unit)
+    attributes = dict(crs.to_cf())
+    wkt = crs.to_wkt()
+    attributes["crs_wkt"] = wkt
+    attributes["spatial_ref"] = wkt
+    return crs.is_geographic, units, attributes
 
 
 def _geokeys(tiff: _Tiff, ifd: _Ifd) -> dict[int, object]:
