@@ -246,6 +246,32 @@ def netcdf3_files(tmp_path_factory) -> dict[tuple[str, str], Path | None]:
     return made
 
 
+def _holdable() -> list[tuple[str, str]]:
+    """The (CDL, ncgen kind) pairs ncgen writes: the CDLs netCDF-3 can hold, in each format. Found when
+    the tests are collected, so no test is made (and skipped) for a pair that cannot exist."""
+    if NCGEN is None:
+        return []
+    import tempfile
+
+    pairs = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name in CORPUS:
+            for kind in KINDS:
+                target = Path(folder) / f"{name}-{kind}.nc"
+                done = subprocess.run(
+                    [NCGEN, "-k", kind, "-o", str(target), str(CDL_DIR / f"{name}.cdl")],
+                    capture_output=True,
+                    timeout=TIMEOUT,
+                    check=False,
+                )
+                if done.returncode == 0 and target.is_file():
+                    pairs.append((name, kind))
+    return pairs
+
+
+HOLDABLE = _holdable()
+
+
 def netcdf3_source(netcdf3_files, name: str, kind: str) -> Path:
     source = netcdf3_files[name, kind]
     if source is None:
@@ -261,8 +287,7 @@ def test_the_corpus_has_netcdf3_files_of_every_format(netcdf3_files):
     assert {"types", "scalars"} <= set(holdable["nc5"])  # every numeric type of CDF-5
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("name", CORPUS)
+@pytest.mark.parametrize("name, kind", HOLDABLE)
 def test_netcdf3_corpus_manifest_dumps_as_ncdump_dumps_the_file(tmp_path, netcdf3_files, name, kind):
     source = netcdf3_source(netcdf3_files, name, kind)
     refs = tmp_path / "refs.json"
@@ -285,8 +310,7 @@ def test_netcdf3_corpus_manifest_dumps_as_ncdump_dumps_the_file(tmp_path, netcdf
     assert actual.decode(errors="replace") == expected.decode(errors="replace")
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
-@pytest.mark.parametrize("name", CORPUS)
+@pytest.mark.parametrize("name, kind", HOLDABLE)
 def test_netcdf3_corpus_values_equal_netcdf4_python(tmp_path, netcdf3_files, name, kind):
     source = netcdf3_source(netcdf3_files, name, kind)
     refs = tmp_path / "refs.json"
