@@ -49,10 +49,6 @@ pytestmark = pytest.mark.filterwarnings(
 TIMEOUT = 120
 COMPRESSED = ("temp", "shuffled")  # root variables with a zlib compressor (and /g/h)
 INLINED = ("tiny",)  # chunks under 100 bytes: nczmap keeps them in the manifest
-NO_FASTPARQUET = (
-    "fastparquet is not installed: VirtualiZarr writes Parquet references through kerchunk.df and reads "
-    "them through fsspec's LazyReferenceMapper, both with the fastparquet engine"
-)
 
 
 def write_source(path: Path) -> None:
@@ -213,7 +209,6 @@ def test_virtualizarr_json_references_read_by_nczmap(source, expected, tmp_path,
 
 
 def test_virtualizarr_parquet_references_read_by_nczmap(source, expected, tmp_path):
-    pytest.importorskip("fastparquet", reason=NO_FASTPARQUET)
     for group, names in ((None, ROOT), ("g", GROUP)):
         vds = open_virtual_dataset(
             source.as_uri(), parser=HDFParser(group=group), registry=registry(), loadable_variables=[]
@@ -311,18 +306,9 @@ def test_virtualizarr_reads_inline_chunks_of_nczmap_manifest(nczmap_json, expect
 
 def test_virtualizarr_reads_nczmap_parquet_manifest(flat, tmp_path):
     """A manifest VirtualiZarr's Parquet parser could read: no group, no compressor, nothing inline."""
-    pytest.importorskip("fastparquet", reason=NO_FASTPARQUET)
     expected = netcdf4_values(flat)
     manifest = nczmap_virtualize(flat, tmp_path / "flat.parq")
-    try:
-        store = KerchunkParquetParser()(manifest.as_uri(), registry=registry())
-    except TypeError as exc:
-        if "byte offset must of type int" not in str(exc):
-            raise
-        pytest.xfail(
-            "fastparquet reads nczmap's offset and size columns (declared nullable) as pandas Int64, which "
-            f"fsspec hands on as floats, and VirtualiZarr refuses them: {exc}"
-        )
+    store = KerchunkParquetParser()(manifest.as_uri(), registry=registry())
     assert_xarray_values(store, expected, {key.lstrip("/"): key for key in expected})
 
 
@@ -337,12 +323,118 @@ def test_fsspec_and_zarr_read_nczmap_manifests(nczmap_json, nczmap_parquet, expe
     for key, (_, values) in expected.items():
         assert np.array_equal(group[key.lstrip("/")][...], values), key
 
-    # fsspec's default Parquet engine is fastparquet: the mapper is built with pyarrow
-    references = LazyReferenceMapper(str(nczmap_parquet), fs=fsspec.filesystem("file"), engine="pyarrow")
-    fs = fsspec.filesystem("reference", fo=references, remote_protocol="file", asynchronous=True)
-    for key, (_, values) in expected.items():
-        store = FsspecStore(fs, path=key.lstrip("/"), read_only=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            array = zarr.open_array(store, mode="r", zarr_format=2)
-        assert np.array_equal(array[...], values), key
+    for engine in ("fastparquet", "pyarrow"):  # fastparquet: fsspec's default (and kerchunk's)
+        references = LazyReferenceMapper(str(nczmap_parquet), fs=fsspec.filesystem("file"), engine=engine)
+        fs = fsspec.filesystem("reference", fo=references, remote_protocol="file", asynchronous=True)
+        for key, (_, values) in expected.items():
+            store = FsspecStore(fs, path=key.lstrip("/"), read_only=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                array = zarr.open_array(store, mode="r", zarr_format=2)
+            assert np.array_equal(array[...], values), (engine, key)
+
+
+# ---------------------------------------------------------------- kerchunk's own Parquet, both directions
+def kerchunk_parquet(source: Path, destination: Path) -> Path:
+    """kerchunk's HDF5 scanner, then kerchunk's own Parquet writer (``kerchunk.df``, fastparquet)."""
+    from kerchunk.df import refs_to_dataframe
+
+    with open(source, "rb") as handle:
+        refs = kerchunk_hdf_references(handle, str(source))
+    refs_to_dataframe(refs, str(destination), record_size=5)
+    return destination
+
+
+def record_layout(path: Path) -> tuple:
+    """What readers depend on in a record file: the Parquet schema (types, nullability), the pandas
+    metadata's columns and whether there is an Arrow schema."""
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    schema = parquet.schema_arrow
+    fields = [(f.name, str(f.type), f.nullable) for f in schema]
+    physical = [(c.name, c.physical_type, c.logical_type.type) for c in parquet.schema]
+    metadata = parquet.metadata.metadata or {}
+    pandas = json.loads(metadata[b"pandas"])
+    columns = [(c["name"], c["numpy_type"], c["pandas_type"]) for c in pandas["columns"]]
+    return fields, physical, columns, pandas["index_columns"], b"ARROW:schema" in metadata
+
+
+def test_nczmap_parquet_records_are_laid_out_as_kerchunks(flat, folder):
+    """Record files and .zmetadata as kerchunk.df writes them (kerchunk's references copied by nczmap):
+    every reader that reads kerchunk's reads ours."""
+    theirs = kerchunk_parquet(flat, folder / "layout-kerchunk.parq")  # beside the source: its container
+    ours = folder / "layout-nczmap.parq"
+    copied = subprocess.run(
+        [sys.executable, "-m", "nczmap", "copy", theirs.as_uri() + "#mode=zarr,manifest",
+         ours.as_uri() + "#mode=zarr,manifest"],
+        capture_output=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert copied.returncode == 0, copied.stderr.decode(errors="replace")
+    for array in ("raw", "x"):
+        assert record_layout(ours / array / "refs.0.parq") == record_layout(theirs / array / "refs.0.parq")
+    mine, kerchunks = (json.loads((d / ".zmetadata").read_bytes()) for d in (ours, theirs))
+    assert set(mine) - set(kerchunks) <= {"nczmap"} and set(kerchunks) == {"metadata", "record_size"}
+    for field in ("shape", "chunks", "dtype"):  # the grid the records are laid out over
+        assert mine["metadata"]["raw/.zarray"][field] == kerchunks["metadata"]["raw/.zarray"][field]
+    for directory, document in ((ours, mine), (theirs, kerchunks)):  # the last record padded too
+        assert {pq_rows(p) for p in (directory / "raw").iterdir()} == {document["record_size"]}
+
+
+def pq_rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def test_kerchunk_parquet_references_read_by_nczmap(source, expected, tmp_path):
+    refs = kerchunk_parquet(source, tmp_path / "kerchunk.parq")
+    url = refs.as_uri() + "#mode=zarr,manifest"
+    with nczmap.open_dataset(url, containers=[str(source.parent) + "/"]) as ds:
+        ours = {v.key: v for g in ds.walk() for v in g.variables.values()}
+        assert set(ours) == set(expected)
+        for key, (_, values) in expected.items():
+            got = ours[key][...]
+            assert got.dtype == values.dtype and np.array_equal(got, values), key
+
+
+@pytest.mark.parametrize("engine", ["fastparquet", "pyarrow"])
+def test_nczmap_copy_to_parquet_read_by_fsspec_xarray_and_virtualizarr(nczmap_json, source, flat, engine):
+    """``nczmap copy refs.json refs.parq``: kerchunk's recipe (xarray over ``reference://``) and zarr through
+    fsspec with either engine read every variable; VirtualiZarr reads what it can (see the module notes)."""
+    from fsspec.implementations.reference import LazyReferenceMapper
+
+    expected = netcdf4_values(source)
+    copy = source.parent / f"copy-{engine}.parq"  # beside the sources: its container
+    done = subprocess.run(
+        [sys.executable, "-m", "nczmap", "copy", nczmap_json.as_uri() + "#mode=nczarr,manifest",
+         copy.as_uri() + "#mode=nczarr,manifest"],
+        capture_output=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    mapper = LazyReferenceMapper(str(copy), fs=fsspec.filesystem("file"), engine=engine)
+    options = {"fo": mapper, "remote_protocol": "file"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ds = xr.open_dataset(
+            "reference://", engine="zarr", mask_and_scale=False, decode_times=False,
+            backend_kwargs={"consolidated": False, "zarr_format": 2, "storage_options": options},
+        )  # fmt: skip
+    try:
+        for name in ("y", "x", "temp", "plain", "shuffled", "tiny"):
+            dims, values = expected[f"/{name}"]
+            assert ds[name].dims == dims and np.array_equal(ds[name].values, values), name
+    finally:
+        ds.close()
+
+    flat_json = nczmap_virtualize(flat, flat.parent / f"flat-{engine}.json")
+    flat_copy = flat.parent / f"flat-copy-{engine}.parq"
+    done = subprocess.run(
+        [sys.executable, "-m", "nczmap", "copy", flat_json.as_uri() + "#mode=nczarr,manifest",
+         flat_copy.as_uri() + "#mode=nczarr,manifest"],
+        capture_output=True, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    store = KerchunkParquetParser()(flat_copy.as_uri(), registry=registry())
+    flat_values = netcdf4_values(flat)
+    assert_xarray_values(store, flat_values, {key.lstrip("/"): key for key in flat_values})

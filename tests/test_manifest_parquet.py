@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import subprocess
 import sys
 
@@ -21,6 +22,11 @@ from nczmap import FormatError  # noqa: E402
 from nczmap.errors import DatasetNotFound, EmptyError  # noqa: E402
 from nczmap.manifest import kerchunk_json, kerchunk_parquet  # noqa: E402
 from nczmap.manifest.model import WHOLE, ArrayReferences, Manifest, Reference  # noqa: E402
+
+pytestmark = [  # pandas 3 deprecates the fastparquet engine that fsspec and kerchunk still default to
+    pytest.mark.filterwarnings("ignore:The 'fastparquet' engine is deprecated"),
+    pytest.mark.filterwarnings("ignore:The 'future.infer_string' option is deprecated"),
+]
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -48,21 +54,29 @@ def chunk_bytes(values: np.ndarray, chunks: tuple[int, ...], index: tuple[int, .
     return block.tobytes()
 
 
-def lazy_mapper(root) -> LazyReferenceMapper:
-    # engine="pyarrow": fsspec's default engine (fastparquet) is not installed here
-    return LazyReferenceMapper(str(root), fs=fsspec.filesystem("file"), engine="pyarrow")
+ENGINES = ("fastparquet", "pyarrow")  # fsspec's Parquet engines; fastparquet is its default (and kerchunk's)
 
 
-def reference_fs(root, asynchronous: bool = False):
-    """fsspec's ReferenceFileSystem over a Parquet reference directory.
+WRITTEN_WITH: dict[str, str] = {}  # reference directory -> the engine fsspec wrote it with
 
-    Equivalent to ``fsspec.filesystem("reference", fo=str(root), remote_protocol="file")`` with the pyarrow
-    engine (that spelling builds a mapper with fastparquet)."""
-    mapper = lazy_mapper(root)
+
+def lazy_mapper(root, engine: str | None = None) -> LazyReferenceMapper:
+    """fsspec's mapper, reading with ``engine``: by default the one that wrote the directory if fsspec did
+    (its engines do not read each other's files: fastparquet reads pyarrow's null ``raw`` as NaN), else
+    fastparquet, fsspec's default."""
+    engine = engine or WRITTEN_WITH.get(str(root), "fastparquet")
+    return LazyReferenceMapper(str(root), fs=fsspec.filesystem("file"), engine=engine)
+
+
+def reference_fs(root, asynchronous: bool = False, engine: str | None = None):
+    """fsspec's ReferenceFileSystem over a Parquet reference directory (see :func:`lazy_mapper`).
+
+    With fastparquet as ``fsspec.filesystem("reference", fo=str(root), remote_protocol="file")`` does."""
+    mapper = lazy_mapper(root, engine)
     return fsspec.filesystem("reference", fo=mapper, remote_protocol="file", asynchronous=asynchronous)
 
 
-def zarr_array(root, array: str):
+def zarr_array(root, array: str, engine: str | None = None):
     """zarr reading ``array`` through fsspec's ReferenceFileSystem.
 
     (``zarr.open_array(fs.get_mapper(array))`` would rebuild the file system from its JSON form, which a
@@ -70,7 +84,7 @@ def zarr_array(root, array: str):
     zarr = pytest.importorskip("zarr")
     from zarr.storage import FsspecStore
 
-    store = FsspecStore(reference_fs(root, asynchronous=True), path=array, read_only=True)
+    store = FsspecStore(reference_fs(root, asynchronous=True, engine=engine), path=array, read_only=True)
     return zarr.open_array(store, mode="r", zarr_format=2)
 
 
@@ -133,9 +147,10 @@ S = np.array(42, dtype="<i2")  # 0-d
 FILL = -1
 
 
-@pytest.fixture
-def kerchunked(tmp_path):
-    """A dataset referenced by Parquet references that fsspec's LazyReferenceMapper wrote (record size 3):
+@pytest.fixture(params=ENGINES)
+def kerchunked(tmp_path, request):
+    """A dataset referenced by Parquet references that fsspec's LazyReferenceMapper wrote (record size 3,
+    with each of its engines):
     inline chunks, ranges of a local file (as a path and as a file:// URL), a whole-file reference, missing
     chunks (inside records and a whole absent record), a 2-D array in a group and a 0-d array.
 
@@ -165,8 +180,9 @@ def kerchunked(tmp_path):
     blob.write_bytes(bytes(content))
 
     mapper = LazyReferenceMapper.create(
-        str(root), fs=fsspec.filesystem("file"), record_size=3, engine="pyarrow"
+        str(root), fs=fsspec.filesystem("file"), record_size=3, engine=request.param
     )
+    WRITTEN_WITH[str(root)] = request.param
     mapper[".zgroup"] = json.dumps({"zarr_format": 2})
     mapper["t/.zarray"] = json.dumps(zarray([20], [2]))
     mapper["t/.zattrs"] = json.dumps({"_ARRAY_DIMENSIONS": ["x"], "units": "m"})
@@ -206,10 +222,13 @@ def test_fsspec_parquet_references_read_key_for_key(kerchunked):
         assert zmap.reference("/t/2").url == (root.parent / "data.bin").as_uri()
         present = [True] * 4 + [False, True] + [False] * 3 + [True]
         assert [zmap.exists(f"/t/{i}") for i in range(10)] == present
-        assert table.paths == [str(root.parent / "data.bin"), (root.parent / "data.bin").as_uri(),
-                               str(root.parent / "whole.bin")]  # fmt: skip
-        assert table.path_index.dtype == np.int32 and len(table.path_index) == 10
+        # pages are the record files (record 2 has none), each of its URLs and a row per chunk
+        assert table.page_size == 3 and list(table.numbers()) == [0, 1, 3]
+        assert set(table.page(1).urls) == {str(root.parent / "whole.bin"), str(root.parent / "data.bin")}
+        assert table.page(2).size == 0
+        assert table.page(0).where.dtype == np.int32 and table.page(3).size == 1  # padding dropped
         assert sorted(zmap.search("/")) == [".zgroup", "g", "s", "t"]
+        assert zmap.search("/t") == sorted([".zarray", ".zattrs", "0", "1", "2", "3", "5", "9"])
         with pytest.raises(EmptyError):
             zmap.read("/t/4")
 
@@ -231,7 +250,8 @@ def test_fsspec_parquet_references_open_as_a_dataset(kerchunked):
 
 
 # ---------------------------------------------------------------------------------------------- nczmap writes
-def test_nczmap_writes_parquet_that_fsspec_and_zarr_read(tmp_path):
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nczmap_writes_parquet_that_fsspec_and_zarr_read(tmp_path, engine):
     values = np.arange(12, dtype="<f8").reshape(3, 4) * 1.5  # chunks (1, 2): 3 x 2 grid
     blob = tmp_path / "data.bin"
     blob.write_bytes(b"\x00" * 8 + values[1:].tobytes())  # rows 1, 2 (chunk data is row halves)
@@ -253,13 +273,15 @@ def test_nczmap_writes_parquet_that_fsspec_and_zarr_read(tmp_path):
     assert sorted(p.name for p in root.iterdir()) == [".zmetadata", "v", "w"]
     assert json.loads((root / ".zmetadata").read_bytes())["metadata"]["notes.txt"] == "not JSON"
 
-    fs = reference_fs(root)
+    fs = reference_fs(root, engine=engine)
     with nczmap.open_map(manifest_url(root), "r") as zmap:
         for key in [".zgroup", "v/.zarray", "v/.zattrs", "w/.zarray", *chunk_keys("v", (3, 2)), "w/0", "w/1"]:
             assert same(ours(zmap, key), fsspec_read(fs, key), key), key
         assert zmap.read("/notes.txt") == b"not JSON"  # fsspec serves it as JSON text: '"not JSON"'
     assert fs.references["v/0.1"] == [(tmp_path / "whole.bin").resolve().as_uri()]
-    np.testing.assert_array_equal(zarr_array(root, "v")[...], values)
+    _, offset, size = fs.references["v/1.0"]
+    assert type(offset) is not float and type(size) is not float and (int(offset), int(size)) == (8, 16)
+    np.testing.assert_array_equal(zarr_array(root, "v", engine)[...], values)
     with nczmap.open_dataset(manifest_url(root)) as ds:
         np.testing.assert_array_equal(ds.variables["v"][...], values)
         np.testing.assert_array_equal(ds.variables["w"][...], [7, 7, 5, 6])
@@ -272,9 +294,10 @@ def test_updating_a_parquet_manifest_rewrites_its_records(kerchunked):
         zmap.set_reference("/t/4", "new.bin", 0, 4)  # was missing inside record 1
         zmap.write("/t/7", np.array([70, 71], "<i2").tobytes())  # record 2, which had no file
         zmap.delete("/t/9")
-    # saved with the default record size: one record per array now; the old records are never read again
-    assert json.loads((root / ".zmetadata").read_bytes())["record_size"] == 10000
-    assert pq.ParquetFile(root / "t" / "refs.0.parq").metadata.num_rows == 10
+    # saved in its own layout (record size 3): record 2 now written, record 3 (only t/9) removed
+    assert json.loads((root / ".zmetadata").read_bytes())["record_size"] == 3
+    assert sorted(p.name for p in (root / "t").iterdir()) == ["refs.0.parq", "refs.1.parq", "refs.2.parq"]
+    assert pq.ParquetFile(root / "t" / "refs.0.parq").metadata.num_rows == 3
     fs = reference_fs(root)
     with nczmap.open_map(manifest_url(root), "r") as zmap:
         for key in chunk_keys("t", (10,)):
@@ -372,7 +395,7 @@ def test_many_references_round_trip_as_columns(tmp_path):
     manifest = Manifest()
     manifest.entries["v/.zarray"] = json.dumps(zarray([count * 4], [4], "<i4", 0)).encode()
     offsets = np.arange(count, dtype=np.int64) * 16
-    manifest.arrays["v"] = ArrayReferences(
+    manifest.arrays["v"] = ArrayReferences.from_columns(
         (count,),
         ["file:///data/a.bin", "file:///data/b.bin"],
         (np.arange(count) % 2).astype(np.int32),
@@ -384,10 +407,13 @@ def test_many_references_round_trip_as_columns(tmp_path):
     kerchunk_parquet.dump(manifest, write)
     loaded = kerchunk_parquet.load(read, str(root))
     table = loaded.arrays["v"]
-    assert table.paths == ["file:///data/a.bin", "file:///data/b.bin"]
-    assert np.array_equal(table.path_index, manifest.arrays["v"].path_index)
-    assert np.array_equal(table.offsets, offsets) and not table.inline
+    assert len(loaded.cache) == 0  # opening read .zmetadata only
     assert loaded.get("v/199999") == Reference("file:///data/b.bin", 199999 * 16, 16)
+    assert len(loaded.cache) == 1  # the last record, only
+    entries = loaded.get_many([f"v/{i}" for i in range(count)])
+    assert [e.url for e in entries[:4]] == ["file:///data/a.bin", "file:///data/b.bin"] * 2
+    assert [e.offset for e in entries] == offsets.tolist() and {e.length for e in entries} == {16}
+    assert list(table.numbers()) == list(range(20))  # records found by trying them (no listing given)
     assert loaded._sorted is None  # get() never needed the sorted key list
 
 
@@ -503,8 +529,11 @@ def test_bad_parquet_references_are_format_errors_naming_the_file(kerchunked, ca
     root, _ = kerchunked
     name, spoil = BAD[case]
     spoil(root)
-    with pytest.raises(FormatError) as info:
-        nczmap.open_map(manifest_url(root), "r")
+    # .zmetadata is checked at open, a record file when its chunks are read
+    with pytest.raises(FormatError) as info, nczmap.open_map(manifest_url(root), "r") as zmap:
+        for array, grid in GRIDS.items():
+            for key in chunk_keys(array, grid):
+                zmap.exists("/" + key)
     assert f"{root}/{name}" in str(info.value)
     assert not isinstance(info.value, pa.ArrowException)
     assert info.value.__cause__ is None or not isinstance(info.value.__cause__, pa.ArrowException)
@@ -536,3 +565,80 @@ def test_what_parquet_references_cannot_express_is_refused_on_dump(tmp_path):
     with pytest.raises(FormatError, match=r"'v/\.zarray'"):
         kerchunk_parquet.dump(manifest(**{"v/.zarray": Reference("file:///meta.json")}), write)
     assert not (tmp_path / "out.parq" / ".zmetadata").exists()
+
+
+# ---------------------------------------------------------------------------------------------- huge grids
+HUGE = {"1e9": [10**9], "1e15": [10**15], "1e6^3": [10**6] * 3, "2^63-1": [2**63 - 1]}
+HUGE_CHILD = r"""
+import json, resource, sys
+import numpy, pyarrow.parquet, nczmap
+from nczmap.manifest import kerchunk_json, kerchunk_parquet
+from nczmap.zmap import manifest
+url, first, last = sys.argv[1], sys.argv[2], sys.argv[3]
+before = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize()
+with nczmap.open_map(url, "r") as zmap:
+    got = [zmap.read("/v/" + first), zmap.read("/v/" + last), zmap.exists("/v/" + last.replace("9", "8", 1))]
+    listed = zmap.search("/v")
+    buffers = [memoryview(bytearray(4)), memoryview(bytearray(4))]
+    many = zmap.read_many_into([("/v/" + first, buffers[0]), ("/v/" + last, buffers[1])])
+# VmHWM, not getrusage's ru_maxrss: that survives execve, so a child of a large process reports its peak
+peak = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) * 1024
+print(json.dumps({"got": [g if isinstance(g, bool) else g.hex() for g in got], "listed": listed,
+                  "many": many, "grown": peak - before}))
+"""
+
+
+def huge_manifests(tmp_path, grid: list[int]) -> tuple[str, str, str]:
+    """A Parquet (record size 4) and a JSON manifest of an array over ``grid`` (chunks of one element) with
+    two references, to its first and last chunk; and the last chunk's name."""
+    (tmp_path / "data.bin").write_bytes(b"\x01\x02\x03\x04\x05\x06\x07\x08")
+    count = math.prod(grid)
+    last = ".".join(str(n - 1) for n in grid)
+    za = zarray(grid, [1] * len(grid), "<i4", 0)
+    root = tmp_path / "huge.parq"
+    (root / "v").mkdir(parents=True)
+    (root / ".zmetadata").write_text(json.dumps({"metadata": {"v/.zarray": za}, "record_size": 4}))
+    records = {0: {0: 0}}
+    records.setdefault((count - 1) // 4, {})[(count - 1) % 4] = 4
+    for record, rows in records.items():
+        offsets = [rows.get(row, 0) for row in range(4)]
+        table = pa.table(
+            {
+                "path": pa.array([str(tmp_path / "data.bin") if row in rows else None for row in range(4)]),
+                "offset": pa.array(offsets, pa.int64()),
+                "size": pa.array([4 if row in rows else 0 for row in range(4)], pa.int64()),
+                "raw": pa.nulls(4, pa.binary()),
+            }
+        )
+        pq.write_table(table, root / "v" / f"refs.{record}.parq")
+    first = ".".join("0" * len(grid))
+    refs = {"v/.zarray": json.dumps(za), f"v/{first}": ["data.bin", 0, 4], f"v/{last}": ["data.bin", 4, 4]}
+    (tmp_path / "huge.json").write_text(json.dumps({"version": 1, "refs": refs}))
+    return manifest_url(root), (tmp_path / "huge.json").as_uri() + "#mode=zarr,manifest", last
+
+
+@pytest.mark.parametrize("grid", list(HUGE.values()), ids=list(HUGE))
+def test_huge_chunk_grids_cost_what_their_references_hold(tmp_path, grid):
+    """B7: nothing is allocated per chunk of the grid, in Parquet (records come from the files present) or
+    JSON: reading, listing and a batch read take memory for the references there are."""
+    first, last = ".".join("0" * len(grid)), ".".join(str(n - 1) for n in grid)
+    for url in huge_manifests(tmp_path, grid)[:2]:
+        done = subprocess.run(
+            [sys.executable, "-c", HUGE_CHILD, url, first, last], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["got"] == ["01020304", "05060708", False], url
+        assert result["listed"] == sorted([".zarray", first, last]), url
+        assert result["many"] == [4, 4], url
+        # about 60 MiB whatever the grid (lazy imports, thread pools); a column per chunk would take GBs
+        assert result["grown"] < 128 << 20, (url, result["grown"])
+
+
+def test_a_record_short_of_its_grid_is_a_format_error_naming_it(tmp_path):
+    url, _, _ = huge_manifests(tmp_path, [10**9])
+    records = tmp_path / "huge.parq" / "v"
+    short = pa.table({"path": pa.array(["x"]), "offset": pa.array([0]), "size": pa.array([1])})
+    pq.write_table(short, records / "refs.0.parq")
+    with nczmap.open_map(url, "r") as zmap, pytest.raises(FormatError, match=r"refs\.0\.parq has 1 rows"):
+        zmap.read("/v/0")

@@ -10,9 +10,18 @@ A directory holds:
   set: inline bytes; ``path`` set: a reference, the whole object when ``offset == size == 0``; neither: a
   missing chunk. An absent record file is a record of missing chunks.
 
-Loading reads each record's columns with pyarrow straight into an :class:`ArrayReferences` (numpy columns,
-the URLs dictionary-encoded into a small table): no Python object per chunk except inline data. Chunk keys
-split on ``.`` only, so an array whose ``dimension_separator`` is ``/`` cannot be expressed.
+Opening reads ``.zmetadata`` only: each array becomes an :class:`ArrayReferences` whose pages are its record
+files, read when a chunk of them is asked for (columns through their Arrow buffers into numpy: no Python
+object per chunk except inline data) and kept in the manifest's bounded cache. Nothing is allocated per
+chunk of the grid: which records exist comes from the files (a directory listing, for listing chunks), an
+absent record is a record of missing chunks, so a grid larger than its records is sparse. Chunk keys split
+on ``.`` only, so an array whose ``dimension_separator`` is ``/`` cannot be expressed.
+
+Record files are written as kerchunk writes them (``kerchunk.df.refs_to_dataframe``, pandas and
+fastparquet): ``record_size`` rows each (the last padded), ``path`` text (nullable, dictionary-encoded
+pages), ``offset`` and ``size`` int64 declared not null, ``raw`` binary (nullable), zstd, and the ``pandas``
+schema metadata fastparquet needs to read ``offset``/``size`` as integers; only records holding something
+are written (an absent record is all missing chunks, to fsspec as to nczmap).
 
 nczmap's source-validation data goes under a top-level ``"nczmap"`` key of ``.zmetadata``
 (``{"sources": {...}}``), which fsspec ignores.
@@ -28,19 +37,24 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from nczmap._lazy import numpy as np
+from nczmap._version import __version__
 from nczmap.errors import DatasetNotFound, FormatError, KeyNameError
 from nczmap.manifest.model import (
     INLINE,
+    MAX_CHUNKS,
     MISSING,
     WHOLE,
     ArrayReferences,
     Manifest,
+    Page,
     Reference,
     checked_sources,
+    chunk_position,
     resolve,
 )
 from nczmap.zmap.keys import normalize_key
@@ -49,12 +63,42 @@ METADATA = ".zmetadata"
 EXTENSION = "nczmap"  # top-level key of nczmap's additions in .zmetadata (ignored by fsspec)
 COLUMNS = ("path", "offset", "size", "raw")
 RECORD_SIZE = 10000  # fsspec's default
+MAX_RECORD_SIZE = 10_000_000  # rows of one record file (a page in memory: 20 bytes a row)
+PROBED = 100_000  # records probed one by one when the files cannot be listed
 # Record files fetched and decoded at once: overlaps S3 latency; locally, more only costs memory (pyarrow
 # keeps a memory arena per thread) on a machine of few cores.
 WIDTH = 4
 
+
+def _pandas_metadata() -> bytes:
+    """The ``pandas`` schema metadata kerchunk's writer (pandas + fastparquet) puts in every record file:
+    fastparquet reads ``offset``/``size`` as int64 (not nullable floats) only with it, pyarrow's pandas
+    conversion names the columns from it."""
+    kinds = {"path": ("object", "unicode"), "offset": ("int64", "int64"), "size": ("int64", "int64"),
+             "raw": ("object", "bytes")}  # fmt: skip
+    document = {
+        "column_indexes": [
+            {"field_name": None, "metadata": None, "name": None, "numpy_type": "str"}
+            | {"pandas_type": "mixed-integer"}
+        ],
+        "columns": [
+            {"field_name": name, "metadata": None, "name": name, "numpy_type": numpy, "pandas_type": pandas}
+            for name, (numpy, pandas) in kinds.items()
+        ],
+        "creator": {"library": "nczmap", "version": __version__},
+        "index_columns": [],
+        "pandas_version": "2.2.3",
+        "partition_columns": [],
+    }
+    return json.dumps(document).encode("utf-8")
+
+
+PANDAS_METADATA = _pandas_metadata()
+
 Reader = Callable[[str], "bytes | None"]
 Writer = Callable[[str, bytes], None]
+Lister = Callable[[str], "list[str] | None"]  # names in a directory of the reference set (None: cannot list)
+RECORD_FILE = re.compile(r"refs\.(0|[1-9][0-9]{0,30})\.parq")
 
 
 class MissingMetadata(DatasetNotFound, FormatError):
@@ -66,9 +110,11 @@ def record_name(array: str, record: int) -> str:
 
 
 # ============================================================================================== loading
-def load(read: Reader, where: str) -> Manifest:
+def load(read: Reader, where: str, listdir: Lister | None = None) -> Manifest:
     """The manifest in the Parquet reference directory whose files ``read(name)`` returns (None if
-    absent); ``where`` names the directory in errors."""
+    absent); ``where`` names the directory in errors. Only ``.zmetadata`` is read now: record files are
+    read when their chunks are asked for; ``listdir(array)`` (the names in an array's directory) says
+    which exist when chunks are listed (without it, every record of the grid is tried, up to PROBED)."""
     where = where.rstrip("/")
     place = f"{where}/{METADATA}"
     data = read(METADATA)
@@ -81,10 +127,13 @@ def load(read: Reader, where: str) -> Manifest:
     if not isinstance(document, dict) or not isinstance(document.get("metadata"), dict):
         raise FormatError(f"{place} must be a JSON object with a 'metadata' object")
     record_size = document.get("record_size")
-    if not _is_int(record_size) or record_size < 1:
-        raise FormatError(f"{place}: 'record_size' must be a positive integer, not {record_size!r}")
+    if not _is_int(record_size) or not 1 <= record_size <= MAX_RECORD_SIZE:
+        raise FormatError(
+            f"{place}: 'record_size' must be an integer from 1 to {MAX_RECORD_SIZE}, not {record_size!r}"
+        )
 
     manifest = Manifest()
+    manifest.record_size = record_size
     grids: dict[str, tuple[int, ...]] = {}
     for key, value in document["metadata"].items():
         if not isinstance(key, str):
@@ -99,8 +148,42 @@ def load(read: Reader, where: str) -> Manifest:
     if isinstance(extension, dict) and "sources" in extension:
         manifest.sources.update(checked_sources(extension["sources"], where))
     for array, grid in grids.items():
-        manifest.arrays[array] = _load_array(read, where, array, grid, record_size)
+        records = _Records(read, where, array, grid, record_size, listdir)
+        manifest.arrays[array] = ArrayReferences(grid, ".", record_size, records, manifest.cache)
     return manifest
+
+
+class _Records:
+    """The record files of one array, the pages of its table (a ``PageSource``)."""
+
+    def __init__(
+        self, read: Reader, where: str, array: str, grid: tuple[int, ...], size: int, listdir: Lister | None
+    ) -> None:
+        self.read, self.where, self.array, self.size, self.listdir = read, where, array, size, listdir
+        self.count = math.prod(grid)
+        self.records = -(-self.count // size)  # a Python int: a grid of 2**63 chunks allocates nothing
+
+    def load(self, number: int) -> Page | None:
+        if not 0 <= number < self.records:
+            return None
+        name = record_name(self.array, number)
+        data = self.read(name)
+        if data is None:
+            return None
+        need = min(self.size, self.count - number * self.size)
+        return _page(number * self.size, _decode_record(data, f"{self.where}/{name}", need, self.size))
+
+    def numbers(self) -> Iterable[int]:
+        names = self.listdir(self.array) if self.listdir is not None else None
+        if names is not None:
+            found = (RECORD_FILE.fullmatch(name) for name in names)
+            return sorted(n for n in (int(m.group(1)) for m in found if m) if n < self.records)
+        if self.records > PROBED:
+            raise FormatError(
+                f"{self.where}: listing the chunks of {self.array!r} means trying its {self.records} record "
+                f"files one by one (more than {PROBED}); list the directory instead"
+            )
+        return range(self.records)
 
 
 def _metadata_bytes(value: object, key: str, place: str) -> bytes:
@@ -148,29 +231,6 @@ def _check_field(array: str, place: str) -> None:
         raise FormatError(f"{place}: {exc}; it cannot name a directory of references") from None
 
 
-def _load_array(
-    read: Reader, where: str, array: str, grid: tuple[int, ...], record_size: int
-) -> ArrayReferences:
-    """An array's references: record files fetched and decoded concurrently (storage latency and
-    Parquet decoding overlap), merged into the table in order."""
-    from nczmap.concurrency import run_bounded
-
-    count = math.prod(grid)
-    table = ArrayReferences.empty(grid)
-
-    def fetch(record: int) -> _Record | None:
-        name = record_name(array, record)
-        data = read(name)
-        need = min(record_size, count - record * record_size)
-        return None if data is None else _decode_record(data, f"{where}/{name}", need, record_size)
-
-    tasks = (lambda r=record: fetch(r) for record in range(-(-count // record_size)))
-    for record, decoded in enumerate(run_bounded(tasks, WIDTH)):
-        if decoded is not None:
-            _merge_record(table, record * record_size, decoded)
-    return table
-
-
 class _Record(NamedTuple):
     """One decoded record file: rows' URL numbers into ``urls`` (-1: none), ranges and inline data."""
 
@@ -214,23 +274,21 @@ def _decode_record(data: bytes, place: str, need: int, record_size: int) -> _Rec
     return _Record(urls, rows, offsets, sizes, inline)
 
 
-def _merge_record(table: ArrayReferences, start: int, record: _Record) -> None:
-    """A decoded record into ``table`` at ``start``: its URLs numbered in ``table.paths``."""
-    mapping = np.empty(len(record.urls) + 1, dtype=np.int32)  # the record's URL numbers -> table.paths
-    for at, url in enumerate(record.urls):
-        mapping[at] = table.number_of(url) if url is not None else MISSING
-    mapping[-1] = MISSING
+def _page(start: int, record: _Record) -> Page:
+    """A decoded record as a dense page of its rows: URL numbers into its own URLs, whole-object
+    references (``offset == size == 0``) as WHOLE."""
+    urls = record.urls
+    mapping = np.full(len(urls) + 1, MISSING, dtype=np.int32)  # the last: rows without a path
+    named = [at for at, url in enumerate(urls) if url is not None]
+    mapping[named] = named
     where = mapping[record.rows]
     if record.inline:
         where[list(record.inline)] = INLINE
     refs = where >= 0
     whole = refs & (record.offsets == 0) & (record.sizes == 0)
-    stop = start + len(where)
-    table.path_index[start:stop] = where
-    table.offsets[start:stop] = np.where(refs, record.offsets, 0)
-    table.lengths[start:stop] = np.where(whole, WHOLE, np.where(refs, record.sizes, 0))
-    for row, data in record.inline.items():
-        table.inline[start + row] = data
+    offsets = np.where(refs, record.offsets, 0)
+    lengths = np.where(whole, WHOLE, np.where(refs, record.sizes, 0))
+    return Page(start, where, offsets, lengths, [url or "" for url in urls], dict(record.inline))
 
 
 def _read_columns(data: bytes, place: str, need: int, record_size: int) -> dict:
@@ -360,37 +418,43 @@ def _is_int(value: object) -> bool:
 
 
 # ============================================================================================== writing
-def dump(manifest: Manifest, write: Writer, record_size: int = RECORD_SIZE) -> None:
-    """Write ``manifest`` as a Parquet reference set through ``write(name, data)``: the record files of
-    every array (all of them, so none left from an earlier save is read), then ``.zmetadata``.
+def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> dict[str, set[int]]:
+    """Write ``manifest`` as a Parquet reference set through ``write(name, data)``: the record files that
+    hold something, then ``.zmetadata``; returns the records written per array (any other record file of
+    those arrays left from an earlier save must be removed: it would be read).
 
-    Chunks come from the manifest's :class:`ArrayReferences` and from loose chunk keys (a manifest loaded
-    from JSON), grouped by array with each array's ``.zarray``; other keys go to ``.zmetadata`` (JSON
-    objects as objects, other data as text or ``base64:``). A reference under a key that is not a chunk of
-    an array with a ``.zarray``, a reference from an offset to the end of an object, and an array whose
+    ``record_size``: the manifest's own (a Parquet manifest saved in place keeps its layout), else
+    RECORD_SIZE. Chunks come from the manifest's tables (read a record at a time, so a manifest saved in
+    place is read before it is overwritten) and from loose chunk keys (a manifest loaded from JSON),
+    grouped by array with each array's ``.zarray``; other keys go to ``.zmetadata`` (JSON objects as
+    objects, other data as text or ``base64:``). A reference under a key that is not a chunk of an array
+    with a ``.zarray``, a reference from an offset to the end of an object, and an array whose
     ``dimension_separator`` is ``/`` cannot be expressed: FormatError.
     """
-    if not _is_int(record_size) or record_size < 1:
-        raise ValueError(f"record_size must be a positive integer, not {record_size!r}")
-    arrays: dict[str, ArrayReferences] = {}
+    record_size = record_size if record_size is not None else manifest.record_size or RECORD_SIZE
+    if not _is_int(record_size) or not 1 <= record_size <= MAX_RECORD_SIZE:
+        raise ValueError(f"record_size must be an integer from 1 to {MAX_RECORD_SIZE}, not {record_size!r}")
+    tables: dict[str, ArrayReferences] = {}
     for key, value in manifest.entries.items():
         array, _, name = key.rpartition("/")
         if name == ".zarray" and array and value is not None:
-            arrays[array] = _writable_table(manifest, array, key)
+            tables[array] = _writable_table(manifest, array, key, record_size)
     for array, table in manifest.arrays.items():
-        if array not in arrays and next(iter(table.present()), None) is not None:
+        if array not in tables and next(iter(table.present()), None) is not None:
             raise FormatError(f"array {array!r} holds chunk references but has no .zarray")
 
     metadata: dict[str, object] = {}
-    for key, value in manifest.entries.items():  # per key: a manifest loaded from JSON has a million
+    loose: dict[str, dict[int, dict[int, Entry]]] = {}  # array -> record -> row -> entry
+    for key, value in manifest.entries.items():  # per key: a manifest loaded from JSON may have many
         if value is None:
             continue
         entry = value if isinstance(value, bytes | Reference) else resolve(value, key, manifest.templates)
         array, _, name = key.rpartition("/")
-        table = arrays.get(array)
-        flat = _chunk_number(name, table.grid) if table is not None else None
+        table = tables.get(array)
+        flat = chunk_position(name, table.grid) if table is not None else None
         if flat is not None:
-            table.set(flat, entry)
+            record, row = divmod(flat, record_size)
+            loose.setdefault(array, {}).setdefault(record, {})[row] = entry
         elif isinstance(entry, Reference):
             raise FormatError(
                 f"manifest key {key!r} holds a reference, but is no chunk of an array with a .zarray: "
@@ -399,21 +463,40 @@ def dump(manifest: Manifest, write: Writer, record_size: int = RECORD_SIZE) -> N
         else:
             metadata[key] = _metadata_value(entry)
 
-    for array, table in arrays.items():
-        inline: dict[int, dict[int, bytes]] = {}  # record -> row -> data
-        for flat, data in table.inline.items():
-            inline.setdefault(flat // record_size, {})[flat % record_size] = data
-        for record in range(-(-math.prod(table.grid) // record_size)):
-            data = _record(table, array, record, record_size, inline.get(record, {}))
-            write(record_name(array, record), data)
+    written: dict[str, set[int]] = {}
+    for array, table in tables.items():
+        written[array] = _write_records(array, table, loose.get(array, {}), record_size, write)
     document: dict[str, object] = {"metadata": dict(sorted(metadata.items())), "record_size": record_size}
     if manifest.sources:
         document[EXTENSION] = {"sources": manifest.sources}
     write(METADATA, json.dumps(document, separators=(",", ":")).encode("utf-8"))
+    return written
 
 
-def _writable_table(manifest: Manifest, array: str, key: str) -> ArrayReferences:
-    """A copy of ``array``'s chunk table over the grid its ``.zarray`` gives (checked)."""
+Entry = bytes | Reference
+
+
+def _write_records(
+    array: str, table: ArrayReferences, loose: dict[int, dict[int, Entry]], record_size: int, write: Writer
+) -> set[int]:
+    """Write every record of ``table`` (pages of ``record_size`` chunks) that holds something, with the
+    ``loose`` chunks (record -> row -> entry) added; the records written."""
+    numbers = sorted(set(table.numbers()) | set(loose))
+    written = set()
+    for number, page in table._pages(numbers, changed=True):
+        if number in loose:
+            page = page.changed(loose[number])
+        if not page.held()[0].size:
+            continue
+        need = min(record_size, table.count - number * record_size)
+        write(record_name(array, number), _record(page, array, table, need, record_size))
+        written.add(number)
+    return written
+
+
+def _writable_table(manifest: Manifest, array: str, key: str, record_size: int) -> ArrayReferences:
+    """``array``'s chunk table over the grid its ``.zarray`` gives (checked), in pages of ``record_size``
+    chunks: the manifest's own when it already is that (nothing copied), else a copy in memory."""
     place = f"manifest key {key!r}"
     entry = manifest.get(key)
     if not isinstance(entry, bytes):
@@ -430,88 +513,94 @@ def _writable_table(manifest: Manifest, array: str, key: str) -> ArrayReferences
     held = manifest.arrays.get(array)
     if held is not None and held.separator != ".":
         raise FormatError(f"array {array!r} names chunks with {held.separator!r}; Parquet references use '.'")
-    if held is not None and held.grid == grid:
-        return ArrayReferences(
-            grid,
-            list(held.paths),
-            held.path_index.copy(),
-            held.offsets.copy(),
-            held.lengths.copy(),
-            dict(held.inline),
-        )
-    copy = ArrayReferences.empty(grid)
     if held is None:
-        return copy
-    # The .zarray changed shape since the table was made: chunks keep their names (rare, so per chunk).
-    for flat in held.present():
-        name = held.name(flat)
-        moved = copy.position(name)
-        if moved is None:
-            entry = held.get(flat)
-            if isinstance(entry, Reference):
-                raise FormatError(f"chunk {array}/{name} lies outside the grid of {key!r}")
+        return ArrayReferences(grid, ".", record_size)
+    if held.grid == grid and held.page_size == record_size:
+        return held
+    if max(held.count, math.prod(grid)) >= MAX_CHUNKS:
+        raise FormatError(f"array {array!r}: a grid of {math.prod(grid)} chunks cannot be laid out again")
+    return _repaged(held.materialised(), array, key, grid, record_size)
+
+
+def _repaged(
+    whole: ArrayReferences, array: str, key: str, grid: tuple[int, ...], record_size: int
+) -> ArrayReferences:
+    """A table held in one page, over ``grid`` (chunks keep their names: a chunk outside it is dropped, a
+    reference outside it an error) in pages of ``record_size`` chunks."""
+    page = whole.page(0) or Page.empty()
+    flats, at = page.held()
+    inline = {int(flat): data for flat, data in page.inline.items()}
+    if whole.grid != grid:  # the .zarray changed shape since the table was made (rare, so per chunk)
+        moved = np.array([_moved(whole, int(f), grid, array, key, page) for f in flats.tolist()], np.int64)
+        inside = moved >= 0
+        pairs = zip(flats.tolist(), moved.tolist(), strict=True)
+        inline = {m: inline[f] for f, m in pairs if f in inline and m >= 0}
+        flats, at = moved[inside], at[inside]
+        order = np.argsort(flats, kind="stable")
+        flats, at = flats[order], at[order]
+    table = ArrayReferences(grid, ".", record_size)
+    numbers = flats // record_size
+    cuts = np.flatnonzero(np.diff(numbers)) + 1
+    for part, positions in zip(np.split(flats, cuts), np.split(at, cuts), strict=True):
+        if not len(part):
             continue
-        copy.set(moved, held.get(flat))
-    return copy
+        number = int(part[0]) // record_size
+        start = number * record_size
+        rows = part - start
+        held_inline = {row: inline[start + row] for row in rows.tolist() if start + row in inline}
+        columns = (page.where[positions], page.offsets[positions], page.lengths[positions])
+        table.hold(number, Page.build(start, rows, *columns, page.urls, held_inline))
+    return table
 
 
-def _chunk_number(name: str, grid: tuple[int, ...]) -> int | None:
-    """The flat index of chunk ``name`` (``"3.4"``) in ``grid``, or None (``ArrayReferences.position``
-    for the one separator this format has, made cheap: it runs once per loose key)."""
-    if len(grid) <= 1:
-        if not (name.isascii() and name.isdigit()):
-            return None
-        flat = int(name)
-        return flat if flat < (grid[0] if grid else 1) else None
-    parts = name.split(".")
-    if len(parts) != len(grid) or not name.replace(".", "").isascii():
-        return None
-    flat = 0
-    for part, n in zip(parts, grid, strict=True):
-        if not part.isdigit() or int(part) >= n:
-            return None
-        flat = flat * n + int(part)
-    return flat
+def _moved(whole: ArrayReferences, flat: int, grid: tuple[int, ...], array: str, key: str, page: Page) -> int:
+    name = whole.name(flat)
+    moved = chunk_position(name, grid)
+    if moved is None:
+        if isinstance(page.get(flat), Reference):
+            raise FormatError(f"chunk {array}/{name} lies outside the grid of {key!r}")
+        return -1
+    return moved
 
 
-def _record(table: ArrayReferences, array: str, record: int, record_size: int, inline: dict) -> bytes:
-    """One record file: rows for chunks ``[record * record_size, ...)`` (only as many as the grid has);
-    ``inline``: this record's inline chunks by row. Built from numpy buffers (``pa.array`` imports pandas).
-    """
+def _record(page: Page, array: str, table: ArrayReferences, need: int, record_size: int) -> bytes:
+    """One record file from a page: ``record_size`` rows (past ``need``, padding), as kerchunk writes it.
+    Built from numpy buffers (``pa.array`` of Python objects would import pandas)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    start = record * record_size
-    stop = min(start + record_size, math.prod(table.grid))
-    where = table.path_index[start:stop]
-    offsets = table.offsets[start:stop]
-    lengths = table.lengths[start:stop]
+    rows, at = page.held()
+    where = np.full(record_size, MISSING, dtype=np.int64)
+    offsets = np.zeros(record_size, dtype=np.int64)
+    lengths = np.zeros(record_size, dtype=np.int64)
+    where[rows], offsets[rows], lengths[rows] = page.where[at], page.offsets[at], page.lengths[at]
     refs = where >= 0
     whole = refs & (lengths == WHOLE)
     if (whole & (offsets != 0)).any():
-        flat = start + int(np.flatnonzero(whole & (offsets != 0))[0])
+        flat = page.start + int(np.flatnonzero(whole & (offsets != 0))[0])
         raise FormatError(
             f"chunk {array}/{table.name(flat)} refers to the end of an object from an offset; kerchunk "
             "references name a range or a whole object"
         )
+    inline = {row: page.inline[row] for row in rows[where[rows] == INLINE].tolist()}
     empty = refs & (offsets == 0) & (lengths == 0)  # would read as a whole object: store b"" inline
     if empty.any():
         refs &= ~empty
-        inline = {**inline, **dict.fromkeys(np.flatnonzero(empty).tolist(), b"")}
+        inline.update(dict.fromkeys(np.flatnonzero(empty).tolist(), b""))
 
     used, local = np.unique(where[refs], return_inverse=True)
-    indices = np.zeros(stop - start, dtype=np.int32)
-    indices[refs] = local
-    urls = _text_array([table.paths[i].encode("utf-8") for i in used.tolist()], pa.string())
+    indices = np.zeros(record_size, dtype=np.int32)
+    indices[refs] = local.ravel()
+    urls = _text_array([page.urls[i].encode("utf-8") for i in used.tolist()], pa.string())
     path = pa.DictionaryArray.from_buffers(
-        pa.dictionary(pa.int32(), pa.string()), stop - start, [_bitmap(refs), pa.py_buffer(indices)], urls
-    )
-    rows = sorted(inline)
-    present = np.zeros(stop - start, dtype=bool)
-    present[rows] = True
-    sizes = np.zeros(stop - start, dtype=np.int64)
-    values = [_raw_value(inline[row]) for row in rows]
-    sizes[rows] = [len(value) for value in values]
+        pa.dictionary(pa.int32(), pa.string()), record_size, [_bitmap(refs), pa.py_buffer(indices)], urls
+    ).cast(pa.large_string() if len(urls.buffers()[2] or b"") * record_size >= 1 << 31 else pa.string())
+    ordered = sorted(inline)
+    present = np.zeros(record_size, dtype=bool)
+    present[ordered] = True
+    sizes = np.zeros(record_size, dtype=np.int64)
+    values = [_raw_value(inline[row]) for row in ordered]
+    sizes[ordered] = [len(value) for value in values]
     raw = _text_array(values, pa.binary(), sizes, present)
     columns = [
         path,
@@ -519,8 +608,8 @@ def _record(table: ArrayReferences, array: str, record: int, record_size: int, i
         _int64_array(np.where(refs & ~whole, lengths, 0)),
         raw,
     ]
-    # offset and size are never null: declared so, fastparquet (VirtualiZarr's reader) reads them as
-    # integers rather than as nullable floats
+    # offset and size are never null, and declared so; with the pandas metadata, fastparquet (fsspec's
+    # default engine, VirtualiZarr's) reads them as int64 rather than as nullable floats
     schema = pa.schema(
         [
             pa.field(name, column.type, nullable=name in ("path", "raw"))
@@ -528,9 +617,12 @@ def _record(table: ArrayReferences, array: str, record: int, record_size: int, i
         ]
     )
     sink = pa.BufferOutputStream()
-    pq.write_table(
-        pa.Table.from_arrays(columns, schema=schema), sink, compression="zstd", write_statistics=False
-    )
+    # no Arrow schema (kerchunk's files have none), the pandas metadata alone
+    with pq.ParquetWriter(
+        sink, schema, compression="zstd", write_statistics=False, store_schema=False
+    ) as out:
+        out.write_table(pa.Table.from_arrays(columns, schema=schema))
+        out.add_key_value_metadata({"pandas": PANDAS_METADATA})
     return sink.getvalue().to_pybytes()
 
 

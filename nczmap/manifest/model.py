@@ -6,9 +6,12 @@ A key holds one of:
 - a **reference** ``(url, offset, length)`` into another file or object (``length`` -1: the whole object);
 - nothing (a **missing** chunk, which reads as the fill value).
 
-Keys are stored without their leading ``/`` (kerchunk's spelling). References of an array can be kept in
-an :class:`ArrayReferences` table (numpy columns over the chunk grid, URLs in a table of their own), which
-is how the scalable forms load; loose references (the JSON form) stay as parsed until first used.
+Keys are stored without their leading ``/`` (kerchunk's spelling). The chunk references of an array are
+kept in an :class:`ArrayReferences` table: numpy columns (URL number, offset, length) in pages
+of chunk numbers, dense or sparse, so memory follows the references held, never the chunk grid. A page
+comes from memory (a JSON manifest, this session's changes) or from a :class:`PageSource` on demand (a
+Parquet manifest's record files), kept in a bounded :class:`PageCache` shared by threads. Other keys are
+**loose** entries, kept as parsed and resolved on first use.
 """
 
 from __future__ import annotations
@@ -16,17 +19,23 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import itertools
 import json
 import math
 import re
-from collections.abc import Iterator
-from typing import NamedTuple
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple, Protocol
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 
 WHOLE = -1  # a reference's length when it names a whole object
-MISSING, INLINE = -1, -2  # path indices of ArrayReferences that are not URLs
+MISSING, INLINE = -1, -2  # URL numbers of a page that are not URLs
+MAX_CHUNKS = 1 << 62  # chunk numbers are int64 in memory: a grid of more chunks is kept loose (JSON)
+CACHE_ROWS = 2_000_000  # rows of loaded pages (record files) a manifest keeps, about 40 MB
+FOLD = 4096  # changes to one page kept aside before they are folded into its columns
 
 
 class Reference(NamedTuple):
@@ -40,11 +49,224 @@ class Reference(NamedTuple):
 Entry = bytes | Reference
 
 
-class ArrayReferences:
-    """The chunk references of one array: columns over its chunk grid in C order."""
+class Page:
+    """The references of chunks ``start + row`` of one array: per row held, the number of its URL in
+    ``urls`` (INLINE: its bytes are ``inline[row]``), its offset and length.
+
+    Dense (``rows`` None: row ``i`` of the columns is chunk ``start + i``, MISSING where none) or sparse
+    (``rows``: the sorted rows held, one column entry each).
+    """
+
+    __slots__ = ("inline", "lengths", "offsets", "rows", "start", "urls", "where")
 
     def __init__(
         self,
+        start: int,
+        where: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        urls: list[str],
+        inline: dict[int, bytes] | None = None,
+        rows: np.ndarray | None = None,
+    ) -> None:
+        self.start = start
+        self.where = where
+        self.offsets = offsets
+        self.lengths = lengths
+        self.urls = urls
+        self.inline = inline if inline is not None else {}
+        self.rows = rows
+
+    @classmethod
+    def empty(cls, start: int = 0) -> Page:
+        nothing = np.zeros(0, dtype=np.int64)
+        return cls(start, nothing.astype(np.int32), nothing, nothing, [])
+
+    @classmethod
+    def build(
+        cls,
+        start: int,
+        rows: np.ndarray,
+        where: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        urls: list[str],
+        inline: dict[int, bytes] | None = None,
+    ) -> Page:
+        """A page of the rows held (sorted, unique, none MISSING): dense when that takes at most about
+        twice the memory, else sparse."""
+        count = len(rows)
+        span = int(rows[-1]) + 1 if count else 0
+        if span > 2 * count + 1024:
+            return cls(start, where.astype(np.int32), offsets, lengths, urls, inline, rows.astype(np.int64))
+        dense_where = np.full(span, MISSING, dtype=np.int32)
+        dense_offsets = np.zeros(span, dtype=np.int64)
+        dense_lengths = np.zeros(span, dtype=np.int64)
+        dense_where[rows], dense_offsets[rows], dense_lengths[rows] = where, offsets, lengths
+        return cls(start, dense_where, dense_offsets, dense_lengths, urls, inline)
+
+    @property
+    def size(self) -> int:
+        """Rows of columns held (what the page costs)."""
+        return len(self.where)
+
+    def get(self, row: int) -> Entry | None:
+        at = self._find(row)
+        return None if at is None else self._entry(at, row)
+
+    def _find(self, row: int) -> int | None:
+        if self.rows is None:
+            return row if 0 <= row < len(self.where) else None
+        at = int(np.searchsorted(self.rows, row))
+        return at if at < len(self.rows) and int(self.rows[at]) == row else None
+
+    def _entry(self, at: int, row: int) -> Entry | None:
+        where = int(self.where[at])
+        if where == MISSING:
+            return None
+        if where == INLINE:
+            return self.inline[row]
+        return Reference(self.urls[where], int(self.offsets[at]), int(self.lengths[at]))
+
+    def entries(self, rows: np.ndarray) -> list[Entry | None]:
+        """What each of ``rows`` holds (vectorised: one Python step per row, for its Reference)."""
+        if not len(self.where):
+            return [None] * len(rows)
+        if self.rows is None:
+            inside = (rows >= 0) & (rows < len(self.where))
+            at = np.where(inside, rows, 0)
+        else:
+            at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
+            inside = self.rows[at] == rows
+        where = np.where(inside, self.where[at], MISSING).tolist()
+        urls, inline = self.urls, self.inline
+        found: list[Entry | None] = []
+        for w, offset, length, row in zip(
+            where, self.offsets[at].tolist(), self.lengths[at].tolist(), rows.tolist(), strict=True
+        ):
+            if w >= 0:
+                found.append(Reference(urls[w], offset, length))
+            else:
+                found.append(None if w == MISSING else inline[row])
+        return found
+
+    def held(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding something (sorted) and their positions in the columns."""
+        at = np.flatnonzero(self.where != MISSING)
+        return (at if self.rows is None else self.rows[at]), at
+
+    def changed(self, changes: dict[int, Entry | None]) -> Page:
+        """This page with ``changes`` (row -> entry; None: nothing) applied."""
+        rows, at = self.held()
+        keep = ~np.isin(rows, np.fromiter(changes, dtype=np.int64, count=len(changes)))
+        rows, at = rows[keep], at[keep]
+        urls = list(self.urls)
+        numbers = {url: number for number, url in enumerate(urls)}
+        inline = {row: data for row, data in self.inline.items() if row not in changes}
+        added: list[tuple[int, int, int, int]] = []
+        for row, entry in changes.items():
+            if entry is None:
+                continue
+            if isinstance(entry, bytes):
+                inline[row] = entry
+                added.append((row, INLINE, 0, 0))
+                continue
+            number = numbers.get(entry.url)
+            if number is None:
+                number = numbers[entry.url] = len(urls)
+                urls.append(entry.url)
+            added.append((row, number, entry.offset, entry.length))
+        extra = np.array(added, dtype=np.int64).reshape(-1, 4)
+        all_rows = np.concatenate([rows, extra[:, 0]])
+        order = np.argsort(all_rows, kind="stable")
+        return Page.build(
+            self.start,
+            all_rows[order],
+            np.concatenate([self.where[at].astype(np.int64), extra[:, 1]])[order],
+            np.concatenate([self.offsets[at], extra[:, 2]])[order],
+            np.concatenate([self.lengths[at], extra[:, 3]])[order],
+            urls,
+            inline,
+        )
+
+
+class PageSource(Protocol):
+    """Where the pages of a table come from on demand (a Parquet manifest's record files)."""
+
+    def load(self, number: int) -> Page | None:
+        """Page ``number`` (None: it does not exist, every chunk of it is missing)."""
+        ...
+
+    def numbers(self) -> Iterable[int]:
+        """The numbers of the pages that exist (what listing costs: a directory listing, say)."""
+        ...
+
+
+class PageCache:
+    """The pages a manifest loaded, least recently used dropped past ``limit`` rows (at least one kept);
+    shared by the threads reading it."""
+
+    def __init__(self, limit: int = CACHE_ROWS) -> None:
+        self.limit = limit
+        self._pages: OrderedDict[tuple[int, int], Page] = OrderedDict()
+        self._rows = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, int]) -> Page | None:
+        with self._lock:
+            page = self._pages.get(key)
+            if page is not None:
+                self._pages.move_to_end(key)
+            return page
+
+    def put(self, key: tuple[int, int], page: Page) -> None:
+        with self._lock:
+            old = self._pages.pop(key, None)
+            self._rows += page.size - (old.size if old is not None else 0)
+            self._pages[key] = page
+            while self._rows > self.limit and len(self._pages) > 1:
+                self._rows -= self._pages.popitem(last=False)[1].size
+
+    def drop(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            old = self._pages.pop(key, None)
+            if old is not None:
+                self._rows -= old.size
+
+    def __len__(self) -> int:
+        return len(self._pages)
+
+
+_TOKENS = itertools.count()  # tells the tables sharing a cache apart (never reused, unlike id())
+
+
+class ArrayReferences:
+    """The chunk references of one array over its chunk grid (chunk numbers in C order), in pages of
+    ``page_size`` chunks (None: one page), held in memory or loaded from ``source`` on demand."""
+
+    def __init__(
+        self,
+        grid: tuple[int, ...],
+        separator: str = ".",
+        page_size: int | None = None,
+        source: PageSource | None = None,
+        cache: PageCache | None = None,
+    ) -> None:
+        self.grid = tuple(grid)
+        self.separator = separator
+        self.page_size = page_size
+        self.source = source
+        self.count = math.prod(self.grid)  # a Python int: nothing is allocated per chunk
+        self._held: dict[int, Page] = {}  # pages built in memory, never dropped
+        self._changes: dict[int, dict[int, Entry | None]] = {}  # page -> row -> entry, not yet folded
+        self._cache = cache if cache is not None else PageCache()
+        self._token = next(_TOKENS)
+        self._lock = threading.Lock()
+        self._loading: dict[int, threading.Event] = {}
+
+    @classmethod
+    def from_columns(
+        cls,
         grid: tuple[int, ...],
         paths: list[str],
         path_index: np.ndarray,
@@ -52,80 +274,177 @@ class ArrayReferences:
         lengths: np.ndarray,
         inline: dict[int, bytes] | None = None,
         separator: str = ".",
-    ) -> None:
-        self.grid = grid
-        self.paths = paths
-        self.path_index = path_index
-        self.offsets = offsets
-        self.lengths = lengths
-        self.inline = inline or {}
-        self.separator = separator
-        self._numbers: dict[str, int] | None = None  # URL -> position in paths, built on first use
-
-    @classmethod
-    def empty(cls, grid: tuple[int, ...], separator: str = ".") -> ArrayReferences:
-        count = math.prod(grid)
-        return cls(
-            grid,
-            [],
-            np.full(count, MISSING, dtype=np.int32),
-            np.zeros(count, dtype=np.int64),
-            np.zeros(count, dtype=np.int64),
-            separator=separator,
+    ) -> ArrayReferences:
+        """A table from columns over every chunk of ``grid`` (``path_index`` MISSING: no chunk, INLINE:
+        ``inline[chunk]``)."""
+        table = cls(grid, separator)
+        table._held[0] = Page(
+            0,
+            np.asarray(path_index, dtype=np.int32),
+            np.asarray(offsets, dtype=np.int64),
+            np.asarray(lengths, dtype=np.int64),
+            list(paths),
+            dict(inline or {}),
         )
+        return table
 
+    def hold(self, number: int, page: Page) -> None:
+        """Keep ``page`` as page ``number`` (built in memory)."""
+        self._held[number] = page
+
+    # ------------------------------------------------------------------ chunk names
     def position(self, name: str) -> int | None:
-        """The flat index of chunk ``name`` (``"3.4"``), or None if it is no chunk of this grid."""
-        parts = name.split(self.separator)
-        if len(parts) != max(len(self.grid), 1) or not all(p.isascii() and p.isdigit() for p in parts):
-            return None
-        indices = [int(p) for p in parts]
-        grid = self.grid or (1,)
-        if any(i >= n for i, n in zip(indices, grid, strict=True)):
-            return None
-        flat = 0
-        for i, n in zip(indices, grid, strict=True):
-            flat = flat * n + i
-        return flat
+        """The chunk number of ``name`` (``"3.4"``, decimal without leading zeros), or None if it is no
+        chunk of this grid."""
+        return chunk_position(name, self.grid, self.separator)
 
     def name(self, flat: int) -> str:
         if not self.grid:
             return "0"
-        return self.separator.join(str(int(i)) for i in np.unravel_index(flat, self.grid))
+        parts = []
+        for n in reversed(self.grid):
+            flat, index = divmod(flat, n)
+            parts.append(str(index))
+        return self.separator.join(reversed(parts))
+
+    # ------------------------------------------------------------------ reading
+    def _locate(self, flat: int) -> tuple[int, int]:
+        return (0, flat) if self.page_size is None else divmod(flat, self.page_size)
+
+    def _start(self, number: int) -> int:
+        return 0 if self.page_size is None else number * self.page_size
 
     def get(self, flat: int) -> Entry | None:
-        where = int(self.path_index[flat])
-        if where == MISSING:
-            return None
-        if where == INLINE:
-            return self.inline[flat]
-        return Reference(self.paths[where], int(self.offsets[flat]), int(self.lengths[flat]))
+        number, row = self._locate(flat)
+        changes = self._changes.get(number)
+        if changes is not None and row in changes:
+            return changes[row]
+        page = self.page(number)
+        return None if page is None else page.get(row)
 
-    def set(self, flat: int, entry: Entry | None) -> None:
-        self.inline.pop(flat, None)
-        if entry is None:
-            self.path_index[flat] = MISSING
-        elif isinstance(entry, bytes):
-            self.path_index[flat] = INLINE
-            self.inline[flat] = entry
+    def page(self, number: int) -> Page | None:
+        """Page ``number`` as stored (without this session's changes): held, cached, or loaded now (once,
+        however many threads ask)."""
+        held = self._held.get(number)
+        if held is not None or self.source is None:
+            return held
+        key = (self._token, number)
+        while True:
+            page = self._cache.get(key)
+            if page is not None:
+                return page
+            with self._lock:
+                event = self._loading.get(number)
+                mine = event is None
+                if mine:
+                    event = self._loading[number] = threading.Event()
+            if not mine:
+                event.wait()
+                continue
+            try:
+                page = self.source.load(number) or Page.empty(self._start(number))
+                self._cache.put(key, page)
+                return page
+            finally:
+                with self._lock:
+                    del self._loading[number]
+                event.set()
+
+    def get_many(self, flats: Sequence[int]) -> list[Entry | None]:
+        """What each chunk of ``flats`` holds; the pages they need are loaded concurrently, a few at once."""
+        flats = np.asarray(flats, dtype=np.int64)
+        if self.page_size is None:
+            numbers, rows = np.zeros_like(flats), flats
         else:
-            self.path_index[flat] = self.number_of(entry.url)
-            self.offsets[flat] = entry.offset
-            self.lengths[flat] = entry.length
+            numbers, rows = np.divmod(flats, self.page_size)
+        found: list[Entry | None] = [None] * len(flats)
+        order = np.argsort(numbers, kind="stable")
+        wanted, starts = np.unique(numbers[order], return_index=True)
+        groups = np.split(order, starts[1:])
+        pages = self._pages([int(n) for n in wanted.tolist()], changed=False)
+        for (number, page), positions in zip(pages, groups, strict=True):
+            changes = self._changes.get(number) or {}
+            page_rows = rows[positions]
+            entries = page.entries(page_rows)
+            for at, entry, row in zip(positions.tolist(), entries, page_rows.tolist(), strict=True):
+                found[at] = changes.get(row, entry)
+        return found
 
-    def number_of(self, url: str) -> int:
-        """The position of ``url`` in :attr:`paths`, appended if new (a dict: no search per chunk)."""
-        if self._numbers is None or len(self._numbers) != len(self.paths):
-            self._numbers = {known: at for at, known in enumerate(self.paths)}
-        where = self._numbers.get(url)
-        if where is None:
-            where = self._numbers[url] = len(self.paths)
-            self.paths.append(url)
-        return where
+    def numbers(self) -> list[int]:
+        """The pages that may hold a chunk, in order."""
+        found = set(self._held) | set(self._changes)
+        if self.source is not None:
+            found.update(self.source.numbers())
+        return sorted(found)
+
+    def pages(self) -> Iterator[tuple[int, Page]]:
+        """``(number, page)`` for every page that may hold a chunk, with this session's changes, in order."""
+        return self._pages(self.numbers(), changed=True)
+
+    def _pages(self, numbers: list[int], changed: bool) -> Iterator[tuple[int, Page]]:
+        from nczmap.concurrency import WIDTH, run_bounded
+
+        def one(number: int) -> Page:
+            page = self.page(number) or Page.empty(self._start(number))
+            changes = self._changes.get(number) if changed else None
+            return page.changed(changes) if changes else page
+
+        tasks = (lambda n=number: one(n) for number in numbers)
+        if self.source is None or len(numbers) < 2 or threading.current_thread().name.startswith("nczmap-io"):
+            loaded: Iterable[Page] = (task() for task in tasks)  # in a worker already: no nested pool
+        else:
+            loaded = run_bounded(tasks, WIDTH)
+        return zip(numbers, loaded, strict=True)  # type: ignore[arg-type]
 
     def present(self) -> Iterator[int]:
-        """Flat indices of the chunks that hold something."""
-        return (int(i) for i in np.flatnonzero(self.path_index != MISSING))
+        """Chunk numbers holding something, in order (every page is read: listing costs the references)."""
+        for number, page in self.pages():
+            start = self._start(number)
+            for row in page.held()[0].tolist():
+                yield start + row
+
+    # ------------------------------------------------------------------ changes
+    def set(self, flat: int, entry: Entry | None) -> None:
+        number, row = self._locate(flat)
+        with self._lock:
+            changes = self._changes.setdefault(number, {})
+            changes[row] = entry
+            held = self._held.get(number)
+            fold = len(changes) >= max(FOLD, held.size // 4 if held is not None else 0)
+        if fold:
+            self._fold(number)
+
+    def _fold(self, number: int) -> None:
+        """Fold the changes to page ``number`` into its columns (the page is then held in memory)."""
+        page = self.page(number) or Page.empty(self._start(number))
+        with self._lock:
+            changes = self._changes.pop(number, {})
+        self._held[number] = page.changed(changes)
+        self._cache.drop((self._token, number))
+
+    def materialised(self) -> ArrayReferences:
+        """A copy held wholly in memory (one page; memory follows the references held)."""
+        copy = ArrayReferences(self.grid, self.separator)
+        columns = [[], [], [], []]
+        urls: list[str] = []
+        numbers: dict[str, int] = {}
+        inline: dict[int, bytes] = {}
+        for number, page in self.pages():
+            rows, at = page.held()
+            start = self._start(number)
+            remap = np.array([numbers.setdefault(u, len(numbers)) for u in page.urls] + [0], dtype=np.int64)
+            where = page.where[at].astype(np.int64)
+            columns[0].append(rows.astype(np.int64) + start)
+            columns[1].append(np.where(where >= 0, remap[where], where))
+            columns[2].append(page.offsets[at])
+            columns[3].append(page.lengths[at])
+            inline.update({start + row: data for row, data in page.inline.items()})
+        urls = list(numbers)
+        if not columns[0]:
+            return copy
+        flats, where, offsets, lengths = (np.concatenate(c) for c in columns)
+        copy.hold(0, Page.build(0, flats, where, offsets, lengths, urls, inline))
+        return copy
 
 
 class Manifest:
@@ -136,6 +455,8 @@ class Manifest:
         self.arrays: dict[str, ArrayReferences] = {}  # array key -> chunk table
         self.templates = dict(templates or {})  # kerchunk v1 {{name}} -> text, applied on use
         self.sources: dict[str, dict] = {}  # URL -> {"size", "mtime" or "etag"}: tampering shows
+        self.record_size: int | None = None  # a Parquet manifest's, kept when it is saved in place
+        self.cache = PageCache()  # pages of every table loaded on demand
         self._sorted: list[str] | None = None
 
     # ----------------------------------------------------------------- lookup
@@ -148,6 +469,35 @@ class Manifest:
         if not isinstance(value, bytes | Reference):
             value = self.entries[key] = resolve(value, key, self.templates)
         return value
+
+    def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
+        """:meth:`get` of every key; the chunks of each table looked up together (names parsed at once,
+        the pages they need loaded concurrently)."""
+        found: list[Entry | None] = [None] * len(keys)
+        wanted: dict[str, tuple[list[int], list[str]]] = {}
+        entries, arrays = self.entries, self.arrays
+        for at, key in enumerate(keys):
+            if entries.get(key) is not None:
+                found[at] = self.get(key)
+                continue
+            array, _, name = key.rpartition("/")
+            if array in arrays:
+                positions, names = wanted.setdefault(array, ([], []))
+                positions.append(at)
+                names.append(name)
+        for array, (positions, names) in wanted.items():
+            table = arrays[array]
+            if table.count >= MAX_CHUNKS:  # chunk numbers beyond int64: one at a time
+                for at, name in zip(positions, names, strict=True):
+                    flat = table.position(name)
+                    found[at] = None if flat is None else table.get(flat)
+                continue
+            flats = chunk_numbers(names, table.grid, table.separator)
+            valid = flats >= 0
+            chosen = np.asarray(positions, dtype=np.int64)[valid].tolist()
+            for at, entry in zip(chosen, table.get_many(flats[valid]), strict=True):
+                found[at] = entry
+        return found
 
     def _chunk(self, key: str) -> tuple[ArrayReferences | None, int]:
         array, _, name = key.rpartition("/")
@@ -226,6 +576,88 @@ class Manifest:
             entry = self.get(key)
             if entry is not None:
                 yield key, entry
+
+
+_DIGITS = r"(?:0|[1-9][0-9]{0,17})"  # a chunk index: decimal, no leading zero, fits int64
+
+
+def chunk_position(name: str, grid: tuple[int, ...], separator: str = ".") -> int | None:
+    """The chunk number of ``name`` (``"3.4"``) in ``grid`` (C order), or None if it names no chunk of it
+    (indices in decimal without leading zeros, one per dimension, inside the grid; ``"0"`` for 0-d)."""
+    parts = name.split(separator)
+    grid = grid or (1,)
+    if len(parts) != len(grid):
+        return None
+    flat = 0
+    for part, n in zip(parts, grid, strict=True):
+        if not (part.isascii() and part.isdigit()) or (part[0] == "0" and len(part) > 1):
+            return None
+        if len(part) > len(str(n)) or int(part) >= n:
+            return None
+        flat = flat * n + int(part)
+    return flat
+
+
+def chunk_numbers(names: list[str], grid: tuple[int, ...], separator: str = ".") -> np.ndarray:
+    """:func:`chunk_position` of every name as int64 (-1: no chunk), all at once: their text is checked by
+    a few scans (digits and separators only, one index per dimension, no empty index, no leading zero, at
+    most 18 digits) and read by numpy; names that fail go one at a time. For grids under MAX_CHUNKS chunks."""
+    if not names:
+        return np.zeros(0, dtype=np.int64)
+    dims = grid or (1,)
+    values = _parsed_indices("\n".join(names), len(names), len(dims), separator)
+    if values is None:
+        return np.array([_or_minus_one(chunk_position(n, grid, separator)) for n in names], dtype=np.int64)
+    return _flat(values, grid)
+
+
+def _flat(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
+    """Chunk numbers of rows of indices (-1 for those outside ``grid``)."""
+    dims = grid or (1,)
+    inside = (values < np.array(dims, dtype=np.int64)).all(axis=1)
+    values[~inside] = 0
+    flats = values[:, 0].copy()
+    for axis in range(1, len(dims)):
+        flats = flats * dims[axis] + values[:, axis]
+    flats[~inside] = -1
+    return flats
+
+
+def _parsed_indices(text: str, count: int, rank: int, separator: str) -> np.ndarray | None:
+    """The ``count`` x ``rank`` indices in ``text`` (a name a line), or None unless every name is ``rank``
+    decimal indices (no leading zero, at most 18 digits) joined by ``separator``."""
+    if len(separator) != 1 or not separator.isascii() or separator.isdigit() or separator == "\n":
+        return None
+    pattern = _INDEX_TEXT.get(separator) or _INDEX_TEXT.setdefault(
+        separator, re.compile(f"[0-9{re.escape(separator)}\n]+")
+    )
+    if pattern.fullmatch(text) is None:
+        return None
+    data = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    newline, sep = data == 10, data == ord(separator)
+    bounds = np.flatnonzero(newline | sep)
+    edges = np.concatenate([[-1], bounds, [len(data)]])
+    sizes = np.diff(edges) - 1  # the digits of every index
+    starts = edges[:-1] + 1
+    if sizes.min() < 1 or sizes.max() > 18 or ((data[starts] == 48) & (sizes > 1)).any():
+        return None
+    if rank == 1 and sep.any():
+        return None
+    if rank > 1:  # one index per dimension on every line
+        lines = np.flatnonzero(newline[bounds])  # which bounds end a line: separators lie between
+        per_line = np.diff(np.concatenate([[-1], lines, [len(bounds)]])) - 1
+        if not (per_line == rank - 1).all():
+            return None
+        text = text.replace(separator, "\n")
+    values = np.fromstring(text, dtype=np.int64, sep="\n")
+    return values.reshape(count, rank) if len(values) == count * rank else None
+
+
+_INDEX_TEXT: dict[str, re.Pattern[str]] = {}
+
+
+def _or_minus_one(flat: int | None) -> int:
+    return -1 if flat is None else flat
 
 
 def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:

@@ -108,7 +108,7 @@ class ManifestMap(ZMap):
             if self.parquet:
                 from nczmap.manifest import kerchunk_parquet
 
-                return kerchunk_parquet.load(self._read_file, self.location)
+                return kerchunk_parquet.load(self._read_file, self.location, self._list_directory)
             data = self._read_file(None)
             if data is None:
                 raise DatasetNotFound(f"no manifest at {self.location}")
@@ -192,6 +192,50 @@ class ManifestMap(ZMap):
             remove_if_present(temp)
             raise from_os_error(exc, f"cannot write the manifest {path!r}") from exc
 
+    def _list_directory(self, name: str) -> list[str] | None:
+        """The names in directory ``name`` of a Parquet manifest ([] if there is none): which record files
+        exist, for listing chunks and for removing stale records at a save."""
+        url = self.url
+        path = f"{url.path.rstrip('/')}/{name}"
+        if url.on_s3:
+            import obstore
+
+            prefix = path.strip("/") + "/"
+            try:
+                batches = obstore.list(self._manifest_store(), prefix=prefix)
+                return [item["path"][len(prefix) :] for batch in batches for item in batch]
+            except Exception as exc:
+                error = byteranges.store_error(
+                    exc, f"list {prefix!r} of the manifest {self.location}", url.bucket
+                )
+                raise error or StorageError(
+                    f"cannot list {prefix!r} of the manifest {self.location}"
+                ) from exc
+        try:
+            return os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise from_os_error(exc, f"cannot list {path!r} of the manifest") from exc
+
+    def _remove_file(self, name: str) -> None:
+        """Remove one file of a Parquet manifest's directory (a record no longer holding anything)."""
+        url = self.url
+        path = f"{url.path.rstrip('/')}/{name}"
+        if url.on_s3:
+            import obstore
+
+            try:
+                obstore.delete(self._manifest_store(), path.strip("/"))
+            except Exception as exc:
+                error = byteranges.store_error(
+                    exc, f"remove {path!r} of the manifest {self.location}", url.bucket
+                )
+                if error is not None:
+                    raise error from exc
+            return
+        remove_if_present(path)
+
     def _manifest_store(self):
         if self._store is None:
             self._store = _s3_store(self.url.bucket, _store_options(self.url))
@@ -201,7 +245,12 @@ class ManifestMap(ZMap):
         if self.parquet:
             from nczmap.manifest import kerchunk_parquet
 
-            kerchunk_parquet.dump(self.manifest, self._write_file)
+            written = kerchunk_parquet.dump(self.manifest, self._write_file)
+            for array, records in written.items():  # records left from an earlier save would be read
+                for name in self._list_directory(array) or ():
+                    match = kerchunk_parquet.RECORD_FILE.fullmatch(name)
+                    if match and int(match.group(1)) not in records:
+                        self._remove_file(f"{array}/{name}")
         else:
             self._write_file(None, kerchunk_json.dump(self.manifest))
 
@@ -427,9 +476,10 @@ class ManifestMap(ZMap):
         the wrong size to the caller, never as a silently shortened one."""
         results: list[int | None] = [None] * len(requests)
         by_source: dict[int, tuple[_Source, list[tuple[int, int, int, memoryview]]]] = {}
-        for index, (key, buffer) in enumerate(requests):
-            key = self._key(key)
-            entry = self.manifest.get(key[1:])
+        keys = [self._key(key) for key, _ in requests]
+        entries = self.manifest.get_many([key[1:] for key in keys])
+        opened: dict[str, _Source] = {}  # per reference URL, within this call
+        for index, (key, (_, buffer), entry) in enumerate(zip(keys, requests, entries, strict=True)):
             if entry is None:
                 continue
             if isinstance(entry, bytes):
@@ -437,7 +487,9 @@ class ManifestMap(ZMap):
                 buffer[:count] = entry[:count]
                 results[index] = len(entry)
                 continue
-            source = self._source(key, entry)
+            source = opened.get(entry.url)
+            if source is None:
+                source = opened[entry.url] = self._source(key, entry)
             whole = self._length(entry, source)
             length = min(whole, len(buffer))
             results[index] = whole
@@ -515,12 +567,13 @@ class _LocalSource(_Source):
                 vectors.append(bytearray(offset - at))
             vectors.append(buffer[:length])
             at = offset + length
+        start = span.start  # where each batch of vectors begins (a running sum: no rescanning)
         for first in range(0, len(vectors), MAX_IOVECS):
             part = vectors[first : first + MAX_IOVECS]
-            start = span.start + sum(len(v) for v in vectors[:first])
-            expected = sum(len(v) for v in part)
+            expected = sum(map(len, part))
             if os.preadv(self.fd, part, start) != expected:
                 raise StorageError(f"{self.name!r} is shorter than its references say: it changed")
+            start += expected
         for member in scratch:
             _, offset, length, buffer = wanted[member]
             buffer[:length] = self.read(offset, length)
