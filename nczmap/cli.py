@@ -98,7 +98,7 @@ def _ncdump(args: argparse.Namespace) -> None:
             special=args.special,
             name=args.name,
             variables=variables,
-            classic=getattr(dataset, "source_format", None) == "netcdf3",
+            classic=_netcdf3_source(dataset),
         )
 
 
@@ -116,6 +116,15 @@ def _open_for_dump(args: argparse.Namespace):
                 args.name = os.path.splitext(os.path.basename(path))[0]
             return open_source_file(path)
     return open_dataset(args.url, "r", **_grants(args, args.url))
+
+
+def _netcdf3_source(dataset) -> bool:
+    """Whether ``dataset`` is a netCDF-3 file, or a manifest made of netCDF-3 files (ncdump prints their
+    text attributes broken after newlines)."""
+    if getattr(dataset, "source_format", None) == "netcdf3":
+        return True
+    manifest = getattr(getattr(dataset, "zmap", None), "manifest", None)
+    return getattr(manifest, "source_format", None) == "netcdf3"
 
 
 def _write_line(data: bytes) -> None:

@@ -27,6 +27,7 @@ from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 from nczmap.manifest.model import (
     MAX_CHUNKS,
+    SOURCE_FORMATS,
     WHOLE,
     ArrayReferences,
     Manifest,
@@ -38,6 +39,7 @@ from nczmap.manifest.model import (
     checked_sources,
     chunk_numbers,
     expand,
+    extension_of,
 )
 
 EXTENSION = "nczmap"  # top-level key of nczmap's additions (ignored by kerchunk and fsspec)
@@ -85,6 +87,8 @@ def load(data: bytes, where: str) -> Manifest:
     _tabulate(manifest)
     if isinstance(extension, dict) and "sources" in extension:
         manifest.sources.update(checked_sources(extension["sources"], where))
+    if isinstance(extension, dict) and extension.get("source_format") in SOURCE_FORMATS:
+        manifest.source_format = extension["source_format"]
     return manifest
 
 
@@ -254,8 +258,9 @@ def dump(manifest: Manifest) -> bytes:
         else:
             refs[key] = _inline_value(entry)
     document: dict[str, object] = {"version": 1, "refs": refs}
-    if manifest.sources:
-        document[EXTENSION] = {"sources": manifest.sources}
+    extension = extension_of(manifest)
+    if extension:
+        document[EXTENSION] = extension
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 

@@ -48,6 +48,7 @@ from nczmap.manifest.model import (
     INLINE,
     MAX_CHUNKS,
     MISSING,
+    SOURCE_FORMATS,
     WHOLE,
     ArrayReferences,
     Manifest,
@@ -55,6 +56,7 @@ from nczmap.manifest.model import (
     Reference,
     checked_sources,
     chunk_position,
+    extension_of,
     resolve,
 )
 from nczmap.zmap.keys import normalize_key
@@ -147,6 +149,8 @@ def load(read: Reader, where: str, listdir: Lister | None = None) -> Manifest:
     extension = document.get(EXTENSION)
     if isinstance(extension, dict) and "sources" in extension:
         manifest.sources.update(checked_sources(extension["sources"], where))
+    if isinstance(extension, dict) and extension.get("source_format") in SOURCE_FORMATS:
+        manifest.source_format = extension["source_format"]
     for array, grid in grids.items():
         records = _Records(read, where, array, grid, record_size, listdir)
         manifest.arrays[array] = ArrayReferences(grid, ".", record_size, records, manifest.cache)
@@ -467,8 +471,9 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
     for array, table in tables.items():
         written[array] = _write_records(array, table, loose.get(array, {}), record_size, write)
     document: dict[str, object] = {"metadata": dict(sorted(metadata.items())), "record_size": record_size}
-    if manifest.sources:
-        document[EXTENSION] = {"sources": manifest.sources}
+    extension = extension_of(manifest)
+    if extension:
+        document[EXTENSION] = extension
     write(METADATA, json.dumps(document, separators=(",", ":")).encode("utf-8"))
     return written
 

@@ -447,6 +447,19 @@ class ArrayReferences:
         return copy
 
 
+SOURCE_FORMATS = ("netcdf4", "netcdf3", "tiff")
+
+
+def extension_of(manifest: Manifest) -> dict[str, object]:
+    """nczmap's additions to a manifest (the top-level ``"nczmap"`` key, which other readers ignore)."""
+    extension: dict[str, object] = {}
+    if manifest.sources:
+        extension["sources"] = manifest.sources
+    if manifest.source_format:
+        extension["source_format"] = manifest.source_format
+    return extension
+
+
 class Manifest:
     """Every key of a virtual dataset and what it holds (keys without the leading ``/``)."""
 
@@ -456,6 +469,7 @@ class Manifest:
         self.templates = dict(templates or {})  # kerchunk v1 {{name}} -> text, applied on use
         self.sources: dict[str, dict] = {}  # URL -> {"size", "mtime" or "etag"}: tampering shows
         self.record_size: int | None = None  # a Parquet manifest's, kept when it is saved in place
+        self.source_format: str | None = None  # "netcdf3" when made of netCDF-3 files (ncdump shows it)
         self.cache = PageCache()  # pages of every table loaded on demand
         self._sorted: list[str] | None = None
 

@@ -129,6 +129,8 @@ def write(
         for file in files:
             file.check_unchanged()  # raising here abandons the manifest unwritten
             zmap.manifest.sources[file.url] = file.recorded()
+        if set(result.formats) == {"netcdf3"}:
+            zmap.manifest.source_format = "netcdf3"  # ncdump prints netCDF-3 files' text a little apart
         result.variables = len(variables)
 
 
