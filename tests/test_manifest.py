@@ -160,6 +160,22 @@ def test_set_reference_outside_the_containers_is_refused(home, secret):
         assert zmap.read("/v/0") == b"2345"
 
 
+def test_set_references_checks_as_set_reference_does(home, secret):
+    from nczmap.errors import KeyConflictError
+
+    (home / "inside.bin").write_bytes(b"0123456789")
+    with nczmap.open_map((home / "refs.json").as_uri() + "#mode=nczarr,manifest", "w") as zmap:
+        with pytest.raises(AccessDenied):
+            zmap.set_references(str(secret), [("/v/0", 0, 4)])
+        zmap.write("/obj", b"x")
+        with pytest.raises(KeyConflictError):
+            zmap.set_references("inside.bin", [("/obj/0", 0, 4)])  # under an object
+        assert zmap.set_references("inside.bin", [(f"/v/{i}", 2 * i, 2) for i in range(5)]) == 5
+        assert [zmap.read(f"/v/{i}") for i in range(5)] == [b"01", b"23", b"45", b"67", b"89"]
+        with pytest.raises(KeyConflictError):
+            zmap.set_references("inside.bin", [("/v/5", 0, 1), ("/v", 0, 1)])  # over a directory
+
+
 # ---------------------------------------------------------------------------------------------- integrity
 def test_a_source_shorter_than_its_reference_is_an_error(home):
     url = write_manifest(home, {"/.zgroup": b"{}", "/v/0": b"abcdef"})

@@ -22,7 +22,7 @@ import math
 import os
 import stat
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nczmap.concurrency import run_all
@@ -382,6 +382,33 @@ class ManifestMap(ZMap):
             )
         real, _, _ = self._resolve(url, key)
         self._set(key, Reference(real, offset, length))  # absolute: other readers resolve nothing
+
+    def set_references(self, url: str, references: Iterable[tuple[str, int, int]]) -> int:
+        """:meth:`set_reference` of many ``(key, offset, length)`` into one ``url``, with the same checks:
+        the URL authorised once, the key tree checked once per directory. Returns how many were set."""
+        real: str | None = None
+        checked: set[str] = set()
+        count = 0
+        with self._lock:
+            index = self._key_index()
+            holding = _Holding(self.manifest)
+            for key, offset, length in references:
+                key = self._key(key, writing=True)
+                if key == ROOT or offset < 0 or length < 0:
+                    raise DataError(
+                        f"reference for {key!r}: bad key or range offset={offset} length={length}"
+                    )
+                if real is None:
+                    real, _, _ = self._resolve(url, key)
+                parent = key.rpartition("/")[0]
+                if parent not in checked or index.contains(key):
+                    index.check_leaf(key, holding, self.location)
+                    checked.add(parent)
+                self.manifest.set(key[1:], Reference(real, offset, length))
+                index.add(key)
+                count += 1
+            self._dirty = self._dirty or count > 0
+        return count
 
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
         """Copying from another manifest copies the reference, never the bytes it points at (the
