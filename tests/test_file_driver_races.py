@@ -9,8 +9,6 @@ naming the key, never a ``RecursionError`` or a bare ``OSError``.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import multiprocessing
 import os
 import shutil
@@ -18,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from races import can_exchange, swapper
 
 import nczmap
 from nczmap import AccessDenied, EmptyError, NCZError, open_map
@@ -81,41 +80,18 @@ def test_a_link_made_after_a_failed_read_leads_nowhere(layout, resolution):
 
 
 # ------------------------------------------------------------------------------------ races
-RENAME_EXCHANGE = 2
-AT_FDCWD = -100
-
-
-def _swapper(directory: str, link: str, seconds: float) -> None:
-    """Exchange ``directory`` and ``link`` (a symlink to the outside) atomically, as fast as possible."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    a, b = directory.encode(), link.encode()
-    stop = time.monotonic() + seconds
-    while time.monotonic() < stop:
-        libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
-
-
-def _can_exchange(tmp_path) -> bool:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if not hasattr(libc, "renameat2"):
-        return False
-    (tmp_path / "x").mkdir()
-    (tmp_path / "y").mkdir()
-    x, y = (str(tmp_path / name).encode() for name in "xy")
-    return libc.renameat2(AT_FDCWD, x, AT_FDCWD, y, RENAME_EXCHANGE) == 0
-
-
 @pytest.fixture
 def swapping(layout, tmp_path):
     """``store.file/d/secret`` holds INSIDE; another process keeps exchanging ``store.file/d`` with a
     symlink to ``outside`` (which holds ``secret`` = OUTSIDE). Yields the store and the outside."""
-    if not _can_exchange(tmp_path):
+    if not can_exchange(tmp_path):
         pytest.skip("this kernel or libc has no renameat2(RENAME_EXCHANGE)")
     store, outside = layout
     (store / "d").mkdir()
     (store / "d" / "secret").write_bytes(INSIDE)
     (store / "swap").symlink_to(outside)
     process = multiprocessing.get_context("spawn").Process(
-        target=_swapper, args=(str(store / "d"), str(store / "swap"), 120.0), daemon=True
+        target=swapper, args=(str(store / "d"), str(store / "swap"), 120.0), daemon=True
     )
     process.start()
     time.sleep(0.3)

@@ -8,14 +8,13 @@ nczmap error naming the reference.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import multiprocessing
 import os
 import time
 
 import pytest
+from races import can_exchange, swapper
 
 import nczmap
 from nczmap.errors import AccessDenied, NCZError, StorageError
@@ -142,41 +141,18 @@ def test_parquet_files_that_are_not_regular_files_are_refused(tmp_path, name, ki
 
 
 # ------------------------------------------------------------------------------------ races
-RENAME_EXCHANGE = 2
-AT_FDCWD = -100
-
-
-def _swapper(directory: str, link: str, seconds: float) -> None:
-    """Exchange ``directory`` and ``link`` (a symlink to the outside) atomically, as fast as possible."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    a, b = directory.encode(), link.encode()
-    stop = time.monotonic() + seconds
-    while time.monotonic() < stop:
-        libc.renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)
-
-
-def _can_exchange(tmp_path) -> bool:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if not hasattr(libc, "renameat2"):
-        return False
-    (tmp_path / "x").mkdir()
-    (tmp_path / "y").mkdir()
-    x, y = (str(tmp_path / name).encode() for name in "xy")
-    return libc.renameat2(AT_FDCWD, x, AT_FDCWD, y, RENAME_EXCHANGE) == 0
-
-
 @pytest.fixture
 def swapping(layout, tmp_path):
     """``container/d/secret`` holds INSIDE; another process keeps exchanging ``container/d`` with a
     symlink to ``outside`` (which holds ``secret`` = OUTSIDE)."""
-    if not _can_exchange(tmp_path):
+    if not can_exchange(tmp_path):
         pytest.skip("this kernel or libc has no renameat2(RENAME_EXCHANGE)")
     container, outside = layout
     (container / "d").mkdir()
     (container / "d" / "secret").write_bytes(INSIDE)
     (container / "swap").symlink_to(outside)
     process = multiprocessing.get_context("spawn").Process(
-        target=_swapper, args=(str(container / "d"), str(container / "swap"), 60.0), daemon=True
+        target=swapper, args=(str(container / "d"), str(container / "swap"), 60.0), daemon=True
     )
     process.start()
     time.sleep(0.3)

@@ -760,7 +760,7 @@ def test_an_s3_source_replaced_while_it_is_read_is_an_error(tmp_path, s3_server)
     key, _ = upload(s3_server, first)
     source = ObjectFile(parse_url(f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"))
     try:
-        assert hdf5.sniff(source.read_head, source.size)  # the first block is cached: read again below without a request
+        assert hdf5.sniff(source.read_head, source.size)  # the first block is cached: no request below
         upload(s3_server, second, key)
         assert source.read(0, 8) == first.read_bytes()[:8]
         with pytest.raises(StorageError, match="changed while it was being virtualized"):
