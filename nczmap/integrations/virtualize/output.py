@@ -91,11 +91,7 @@ def write(
         return
     zmap = open_map(url, "w", containers=grants)
     try:
-        for source in plan.sources:
-            try:
-                authorize(normalize(source, None), None, zmap.containers, source)
-            except AccessDenied as exc:
-                raise AccessDenied(f"the manifest may not refer to {source}: {exc}") from None
+        _authorize_sources(plan, zmap.containers, "manifest")
         if not url.on_s3:
             zmap.keep_large_chunks_beside()
         target = open_on(zmap, "w", format_options(url, netcdf_version))
@@ -132,6 +128,15 @@ def write(
         if set(result.formats) == {"netcdf3"}:
             zmap.manifest.source_format = "netcdf3"  # ncdump prints netCDF-3 files' text a little apart
         result.variables = len(variables)
+
+
+def _authorize_sources(plan: Plan, containers, what: str) -> None:
+    """AccessDenied unless every source lies in a container the result will grant."""
+    for source in plan.sources:
+        try:
+            authorize(normalize(source, None), None, containers, source)
+        except AccessDenied as exc:
+            raise AccessDenied(f"the {what} may not refer to {source}: {exc}") from None
 
 
 def _write_loaded(variable: SourceVariable, dest) -> None:
@@ -291,11 +296,7 @@ def write_icechunk(
     from nczmap.zmap.icechunk import checksum
 
     containers = as_containers(grants)
-    for source in plan.sources:
-        try:
-            authorize(normalize(source, None), None, containers, source)
-        except AccessDenied as exc:
-            raise AccessDenied(f"the repository may not refer to {source}: {exc}") from None
+    _authorize_sources(plan, containers, "repository")
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
     try:
         target = open_on(zmap, "w", format_options(url, netcdf_version))
