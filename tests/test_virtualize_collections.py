@@ -15,12 +15,12 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_virtualize import CDL_DIR, CORPUS, NCDUMP, NCGEN, TIMEOUT, manifest_url, nczmap_command
 
 import nczmap
 from nczmap import FormatError
@@ -36,26 +36,6 @@ try:  # only the COG tests need it
     from rasterio.transform import from_origin
 except ImportError:
     rasterio = None
-
-NCGEN = shutil.which("ncgen")
-NCDUMP = shutil.which("ncdump")
-CDL_DIR = Path(__file__).resolve().parents[1] / "conformance" / "cdl"
-CORPUS = sorted(path.stem for path in CDL_DIR.glob("*.cdl"))
-TIMEOUT = 180
-
-
-def nczmap_command(*args: str | Path, **options) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "nczmap", *map(str, args)],
-        capture_output=True,
-        timeout=TIMEOUT,
-        check=False,
-        **options,
-    )
-
-
-def manifest_url(path: Path) -> str:
-    return f"file://{path}#mode=nczarr,manifest"
 
 
 def references(manifest: Path) -> dict[str, object]:
