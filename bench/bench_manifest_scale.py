@@ -8,6 +8,8 @@
    fsspec's ``ReferenceFileSystem``, fresh processes.
 3. A 10,000-chunk whole-array read (16 KiB chunks) through a Parquet manifest, references in file order and
    shuffled, against one ``open().read()`` of the file. Target ≥ 0.8×.
+4. The cost of per-reference checksums (``virtualize --checksums``): the same whole-array read through a
+   JSON manifest with and without the crc32c of every reference. Target: ≤ 10% of the read time.
 
 Time is counted after the libraries are imported; memory is the child's peak RSS (``VmHWM``; ``getrusage``'s
 ``ru_maxrss`` survives ``execve``, so a child of a large parent would report the parent's) minus its RSS
@@ -231,6 +233,47 @@ def whole_array(workdir: Path, chunks: int, rounds: int) -> None:
         print(f"  throughput nczmap/open().read()    {ratio:9.2f}×  (target ≥ 0.8)  {verdict}")
 
 
+def checksum_cost(workdir: Path, chunks: int, rounds: int) -> None:
+    """Whole-array reads through JSON manifests of the same references, without and with checksums."""
+    import google_crc32c
+    import numpy as np
+
+    import nczmap
+
+    per_chunk = (16 << 10) // 8
+    values = np.arange(chunks * per_chunk, dtype="<f8")
+    data = workdir / f"array-{chunks}.bin"
+    if not data.exists() or data.stat().st_size != values.nbytes:
+        data.write_bytes(values.tobytes())
+    size = per_chunk * 8
+    refs = {".zgroup": json.dumps({"zarr_format": 2}), "v/.zarray": json.dumps(zarray(chunks, per_chunk))}
+    refs["v/.zattrs"] = json.dumps({"_ARRAY_DIMENSIONS": ["x"]})
+    refs.update({f"v/{i}": [str(data), i * size, size] for i in range(chunks)})
+    blob = values.tobytes()
+    crc = {f"v/{i}": google_crc32c.value(blob[i * size : (i + 1) * size]) for i in range(chunks)}
+    paths = {}
+    for name, extension in (("plain", {}), ("checked", {"nczmap": {"crc32c": crc}})):
+        paths[name] = workdir / f"array-{chunks}-{name}.json"
+        paths[name].write_text(json.dumps({"version": 1, "refs": refs, **extension}))
+
+    def read(path: Path) -> float:
+        start = time.perf_counter()
+        with nczmap.open_dataset(path.as_uri() + "#mode=nczarr,manifest") as ds:
+            got = ds.variables["v"][...]
+        took = time.perf_counter() - start
+        assert np.array_equal(got, values)
+        return took
+
+    read(paths["plain"]), read(paths["checked"])
+    times = {name: statistics.median(read(path) for _ in range(rounds)) for name, path in paths.items()}
+    cost = times["checked"] / times["plain"] - 1
+    print(f"{chunks:,} references of 16 KiB, JSON, whole-array read (open included), median of {rounds}:")
+    print(f"  without checksums                  {times['plain'] * 1000:9.1f} ms")
+    print(f"  with crc32c checked                {times['checked'] * 1000:9.1f} ms")
+    verdict = "TARGET MET" if cost <= 0.10 else "TARGET MISSED"
+    print(f"  cost of checking                   {cost * 100:8.1f} %   (target ≤ 10%)  {verdict}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--references", type=int, default=100_000_000, help="Parquet references")
@@ -239,7 +282,7 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000, help="chunks of the whole-array read")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None, help="where manifests are cached")
-    parser.add_argument("--skip", default="", help="comma-separated: parquet, json, array")
+    parser.add_argument("--skip", default="", help="comma-separated: parquet, json, array, checksums")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 round")
     args = parser.parse_args()
     if args.quick:
@@ -272,6 +315,8 @@ def main() -> None:
                       f"{ours['delta'] / max(theirs['delta'], 1):.2f}×")  # fmt: skip
         if "array" not in skip:
             whole_array(workdir, args.chunks, args.rounds)
+        if "checksums" not in skip:
+            checksum_cost(workdir, args.chunks, max(args.rounds, 5))
 
 
 if __name__ == "__main__":

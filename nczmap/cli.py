@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import warnings
@@ -76,6 +77,7 @@ def _virtualize(args: argparse.Namespace) -> None:
             new_dim=args.new_dim,
             load=args.load,
             skip_mismatched=args.skip_mismatched,
+            checksums=args.checksums,
             **options,
         )
     for refusal in result.refused:
@@ -90,7 +92,16 @@ def _ncdump(args: argparse.Namespace) -> None:
     from nczmap.cdl import dump_cdl
 
     variables = [name for name in args.variables.split(",") if name] if args.variables else None
-    with _open_for_dump(args) as dataset:
+    # The model lives until the process ends: the cyclic collector would only scan its objects again and
+    # again (a third of `ncdump -h` of a store with thousands of variables). It stays off while the model
+    # is built and then never looks at it (frozen); it runs as usual for whatever the data section makes.
+    gc.disable()
+    try:
+        opened = _open_for_dump(args)
+    finally:
+        gc.freeze()
+        gc.enable()
+    with opened as dataset:
         dump_cdl(
             dataset,
             sys.stdout.buffer,
@@ -250,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--netcdf-version",
         default=None,
         help="netcdf-c release that must read the result (4.8.0, 4.9.0, 4.9.2; default 4.9.3+)",
+    )
+    virtual.add_argument(
+        "--checksums",
+        action="store_true",
+        help="record the crc32c of every referenced range (read once now), checked on every read: a source "
+        "rewritten in place is then detected even with its size and modification time restored",
     )
     virtual.set_defaults(run=_virtualize)
     return parser

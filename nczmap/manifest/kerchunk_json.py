@@ -25,9 +25,9 @@ from operator import getitem, itemgetter, not_
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
+from nczmap.manifest import kerchunk_scan
 from nczmap.manifest.model import (
     MAX_CHUNKS,
-    SOURCE_FORMATS,
     WHOLE,
     ArrayReferences,
     Manifest,
@@ -36,10 +36,10 @@ from nczmap.manifest.model import (
     _checked_url,
     _flat,
     _parsed_indices,
-    checked_sources,
     chunk_numbers,
     expand,
     extension_of,
+    read_extension,
 )
 
 EXTENSION = "nczmap"  # top-level key of nczmap's additions (ignored by kerchunk and fsspec)
@@ -57,10 +57,59 @@ def _parser():
 
 def load(data: bytes, where: str) -> Manifest:
     """The manifest in kerchunk JSON ``data`` (``where`` names it in errors)."""
-    try:
-        document = _parser()(data)
-    except (ValueError, RecursionError) as exc:
-        raise FormatError(f"{where} is not kerchunk JSON: {exc}") from None
+    document, scanned = _parsed(data, where)
+    if scanned is not None:
+        manifest = _from_scan(document, scanned, where)
+        if manifest is not None:
+            return manifest
+        document = _parsed(data, where, scan=False)[0]  # something unusual: the ordinary way
+    return _from_document(document, where)
+
+
+def _parsed(data: bytes, where: str, scan: bool = True):
+    """The document (its common references taken out as columns by :mod:`.kerchunk_scan` when it is
+    large), and what the scan found (None: parsed whole)."""
+
+    def parse(text: bytes) -> object:
+        try:
+            return _parser()(text)
+        except (ValueError, RecursionError) as exc:
+            raise FormatError(f"{where} is not kerchunk JSON: {exc}") from None
+
+    scanned = kerchunk_scan.scan(data, parse) if scan else None
+    return (scanned.document, scanned) if scanned is not None else (parse(data), None)
+
+
+def _from_scan(document: object, scanned: kerchunk_scan.Scanned, where: str) -> Manifest | None:
+    """The manifest of a scanned document, or None unless every reference taken out is a chunk of an
+    array of the references object."""
+    if not isinstance(document, dict):
+        return None
+    refs = document.get("refs") if document.get("version") is not None else document
+    if not isinstance(refs, dict) or not kerchunk_scan.marker_only_in(refs, document):
+        return None
+    del refs[""]
+    manifest = _from_document(document, where, tabulate=False)
+    grids = _grids(manifest.entries)
+    tables = kerchunk_scan.tables(scanned.candidates, grids, manifest.templates)
+    if tables is None or _shadowed(manifest.entries, tables):
+        return None
+    manifest.arrays.update(tables)
+    return manifest
+
+
+def _shadowed(entries: dict[str, object], tables: dict[str, ArrayReferences]) -> bool:
+    """Whether a key left in ``entries`` names a chunk a table holds too (a key given twice, differently
+    spelled or valued: which one JSON meant is the ordinary parse's to say)."""
+    for key in entries:
+        array, _, name = key.rpartition("/")
+        table = tables.get(array)
+        if table is not None and (flat := table.position(name)) is not None and table.get(flat) is not None:
+            return True
+    return False
+
+
+def _from_document(document: object, where: str, tabulate: bool = True) -> Manifest:
     if not isinstance(document, dict):
         kind = type(document).__name__
         raise FormatError(f"{where}: kerchunk references must be a JSON object, not {kind}")
@@ -68,7 +117,8 @@ def load(data: bytes, where: str) -> Manifest:
     if version is None:
         manifest = Manifest()
         manifest.entries = _checked_refs(document, where)
-        _tabulate(manifest)
+        if tabulate:
+            _tabulate(manifest)
         return manifest
     if version != 1:
         raise FormatError(f"{where}: kerchunk reference version {version!r} is not 0 or 1")
@@ -84,11 +134,9 @@ def load(data: bytes, where: str) -> Manifest:
     manifest = Manifest(templates)
     manifest.entries = _checked_refs(document.get("refs") or {}, where)
     del document  # the parsed references are let go as they are tabulated
-    _tabulate(manifest)
-    if isinstance(extension, dict) and "sources" in extension:
-        manifest.sources.update(checked_sources(extension["sources"], where))
-    if isinstance(extension, dict) and extension.get("source_format") in SOURCE_FORMATS:
-        manifest.source_format = extension["source_format"]
+    if tabulate:
+        _tabulate(manifest)
+    read_extension(manifest, extension, where)
     return manifest
 
 
@@ -96,11 +144,7 @@ def _tabulate(manifest: Manifest) -> None:
     """Move the references of every array with a usable ``.zarray`` into its table, in place. The passes
     over every key are ``map``/``compress`` of C functions: a few per million keys cost tenths of a second."""
     entries = manifest.entries
-    grids = {}
-    for key in compress(entries, map(str.endswith, entries, repeat("/.zarray"))):
-        grid = _grid(entries[key])
-        if grid is not None and math.prod(grid) < MAX_CHUNKS:
-            grids[key[: -len("/.zarray")]] = grid
+    grids = _grids(entries)
     if not grids:
         return
     heads = list(map(itemgetter(0), map(str.rpartition, entries, repeat("/"))))
@@ -115,6 +159,16 @@ def _tabulate(manifest: Manifest) -> None:
         if table is not None:
             manifest.arrays[array] = table
     manifest.entries = {key: entries[key] for key in loose}  # a new dict: the old one's table is let go
+
+
+def _grids(entries: dict[str, object]) -> dict[str, tuple[int, ...]]:
+    """The chunk grid of every array with a usable ``.zarray`` (fewer than MAX_CHUNKS chunks)."""
+    grids = {}
+    for key in compress(entries, map(str.endswith, entries, repeat("/.zarray"))):
+        grid = _grid(entries[key])
+        if grid is not None and math.prod(grid) < MAX_CHUNKS:
+            grids[key[: -len("/.zarray")]] = grid
+    return grids
 
 
 def _grid(zarray: object) -> tuple[int, ...] | None:

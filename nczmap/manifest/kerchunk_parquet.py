@@ -48,15 +48,14 @@ from nczmap.manifest.model import (
     INLINE,
     MAX_CHUNKS,
     MISSING,
-    SOURCE_FORMATS,
     WHOLE,
     ArrayReferences,
     Manifest,
     Page,
     Reference,
-    checked_sources,
     chunk_position,
     extension_of,
+    read_extension,
     resolve,
 )
 from nczmap.zmap.keys import normalize_key
@@ -147,10 +146,7 @@ def load(read: Reader, where: str, listdir: Lister | None = None) -> Manifest:
             _check_field(array, place)
             grids[array] = _grid(value, key, place)
     extension = document.get(EXTENSION)
-    if isinstance(extension, dict) and "sources" in extension:
-        manifest.sources.update(checked_sources(extension["sources"], where))
-    if isinstance(extension, dict) and extension.get("source_format") in SOURCE_FORMATS:
-        manifest.source_format = extension["source_format"]
+    read_extension(manifest, extension, where)
     for array, grid in grids.items():
         records = _Records(read, where, array, grid, record_size, listdir)
         manifest.arrays[array] = ArrayReferences(grid, ".", record_size, records, manifest.cache)

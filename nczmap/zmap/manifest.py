@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from nczmap._lazy import numpy as np
 from nczmap.concurrency import run_all
 from nczmap.errors import (
     AccessDenied,
@@ -53,7 +54,12 @@ INLINE_LIMIT = 64 << 10  # chunk data up to this size is kept in the manifest it
 MAX_WHOLE_REFERENCE = 2 << 30  # a whole-object reference ([url]) to a larger object is refused
 LOCAL_GAP = 64 << 10  # merge local ranges closer than this: a short extra read beats another syscall
 REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs more than a MiB
+# One GET per merged span, however long: fill() streams it into the chunks' buffers, so nothing of its size
+# is held; each request costs a round trip (and, on servers such as moto, a read of the whole object).
+REMOTE_MAX_SPAN = 1 << 30
+STREAM_PIECE = 1 << 20  # an S3 span's body is scattered into the chunks' buffers in pieces of this size
 MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
+CHECKED_SPAN = 256 << 10  # the longest merged read when its references' checksums are compared
 
 
 class ManifestMap(ZMap):
@@ -277,6 +283,11 @@ class ManifestMap(ZMap):
         source = self._source(key, entry)
         length = self._length(entry, source, key)
         wanted = max(0, length - start) if count is None else max(0, min(count, length - start))
+        expected = self.manifest.checksums.get(key[1:]) if self.manifest.checksums else None
+        if expected is not None and wanted:  # the whole reference is read to check it
+            data = source.read(entry.offset, length)
+            _verify(key, data, expected, source.name)
+            return data[start : start + wanted]
         return source.read(entry.offset + start, wanted) if wanted else b""
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
@@ -524,10 +535,36 @@ class ManifestMap(ZMap):
         tasks = []
         for source, wanted in by_source.values():
             gap = self.gap if self.gap is not None else source.gap
-            spans = byteranges.merge_ranges([(offset, length) for _, offset, length, _ in wanted], gap)
-            tasks.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
+            ranges = [(offset, length) for _, offset, length, _ in wanted]
+            longest = min(source.max_span, CHECKED_SPAN) if self.manifest.checksums else source.max_span
+            spans = byteranges.merge_ranges(ranges, gap, longest)  # checked: each hashed while hot
+            if self.manifest.checksums:
+                tasks.extend(
+                    lambda s=source, p=span, w=wanted: self._filled_and_checked(s, p, w, keys, results)
+                    for span in spans
+                )
+            else:
+                tasks.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
         run_all(tasks, self.io_width)
         return results
+
+    def _filled_and_checked(
+        self, source: _Source, span: byteranges.Span, wanted: list, keys: list[str], results: list
+    ) -> None:
+        """:meth:`_Source.fill` of ``span``, then the checksums recorded for its members compared, in the
+        same worker (so one span's hashing overlaps another's reading): whole references only (one longer
+        than its buffer is the caller's error already). No copy: the crc32c extension reads a numpy view."""
+        from google_crc32c import value
+
+        source.fill(span, wanted)
+        checksums = self.manifest.checksums
+        for member in span.members:
+            index, _, length, buffer = wanted[member]
+            expected = checksums.get(keys[index][1:])
+            if expected is not None and length == results[index]:
+                view = np.frombuffer(buffer, dtype=np.uint8, count=length)
+                if value(view) != expected:
+                    _verify(keys[index], bytes(view), expected, source.name)
 
 
 class _Holding:
@@ -547,6 +584,7 @@ class _Source:
     name: str
     size: int
     gap: int
+    max_span = 64 << 20  # the longest merged read (its bytes are held at once, unless fill() streams)
 
     def read(self, offset: int, length: int) -> bytes:
         raise NotImplementedError
@@ -613,6 +651,7 @@ class _ObjectSource(_Source):
     """An S3 object (``s3://bucket/key``): its size and ETag from one HEAD, spans as range GETs."""
 
     gap = REMOTE_GAP
+    max_span = REMOTE_MAX_SPAN
     bucket: str | None = None
 
     def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
@@ -645,6 +684,47 @@ class _ObjectSource(_Source):
                 f"offset {offset}): it changed"
             )
         return data
+
+    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
+        """One range GET for the span, its body scattered into the members' buffers as it arrives: no
+        buffer of the span's size, one copy of each byte (a span of a whole 256 MiB object reads as fast
+        as one GET of the object)."""
+        import obstore
+
+        if span.end == span.start:  # empty references only: nothing to ask for
+            return
+        members = sorted(span.members, key=lambda m: wanted[m][1])
+        waiting = 0  # members[waiting:] have not started yet
+        active: list[int] = []  # started, not yet complete (several only where references overlap)
+        at = span.start
+        try:
+            result = obstore.get(self.store, self.path, options={"range": (span.start, span.end)})
+            for piece in result.stream(min_chunk_size=STREAM_PIECE):
+                view = memoryview(piece)
+                end = min(at + len(view), span.end)
+                while waiting < len(members) and wanted[members[waiting]][1] < end:
+                    active.append(members[waiting])
+                    waiting += 1
+                still = []
+                for member in active:
+                    _, offset, length, buffer = wanted[member]
+                    low, high = max(offset, at), min(offset + length, end)
+                    if high > low:
+                        buffer[low - offset : high - offset] = view[low - at : high - at]
+                    if offset + length > end:
+                        still.append(member)
+                active = still
+                at = end
+                if at == span.end:
+                    break
+        except Exception as exc:
+            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} disappeared") from exc
+        if at != span.end:
+            raise StorageError(
+                f"{self.name} is shorter than its references say ({at - span.start} of "
+                f"{span.end - span.start} bytes at offset {span.start}): it changed"
+            )
 
 
 class _HttpSource(_Source):
@@ -688,6 +768,19 @@ class _HttpSource(_Source):
 
     def close(self) -> None:
         self.reader.close()
+
+
+def _verify(key: str, data, expected: int, source: str) -> None:
+    """Refuse bytes whose crc32c is not the one recorded when the manifest was made (the source was
+    rewritten, whatever its size and modification time say)."""
+    import google_crc32c
+
+    found = google_crc32c.value(data if isinstance(data, bytes) else bytes(data))  # it takes read-only
+    if found != expected:
+        raise StorageError(
+            f"chunk {key!r}: the bytes read from {source} have crc32c {found:#010x}, not the recorded "
+            f"{expected:#010x}: the source was rewritten since the manifest was made"
+        )
 
 
 def _open_source(real: str, container: Container, info: dict | None) -> _Source:

@@ -18,7 +18,8 @@ warning, only when it cannot be represented at all (user-defined netCDF-4 types)
 Every source must lie in an authorised container of the manifest: its own directory (bucket prefix, with
 the endpoint it was read from), or the ``allow`` prefixes when given; :attr:`VirtualizeResult.containers`
 lists them, to pass as ``containers=`` when reading. The manifest records each source's size and
-modification time (an object's size and ETag), so reading through it after a source changed is an error.
+modification time (an object's size and ETag), so reading through it after a source changed is an error;
+with ``checksums=True`` also the crc32c of every referenced range, checked as it is read.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def virtualize(
     skip_mismatched: bool = False,
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
     executor=None,
+    checksums: bool = False,
 ) -> VirtualizeResult:
     """Write a manifest at ``destination`` presenting ``sources`` as one NCZarr dataset.
 
@@ -94,7 +96,9 @@ def virtualize(
     prefixes references may point into (default: each source's directory or bucket prefix);
     ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
     called as chunks are described; ``executor`` (a ``concurrent.futures`` executor of this process)
-    parses the sources, by default on up to eight threads.
+    parses the sources, by default on up to eight threads. ``checksums`` reads every referenced range
+    once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a read of a source rewritten
+    in place, even with its size and modification time restored, is a StorageError naming the chunk.
     """
     if isinstance(load, str):
         load = [name for name in load.split(",") if name]
@@ -124,7 +128,7 @@ def virtualize(
         result.skipped, result.notes = joined.skipped, joined.notes
         result.formats = [p.format for p in parsed]
         kept = [f for f in files if f.name in joined.sources]
-        write(joined, url, granted, netcdf_version, progress, kept, result)
+        write(joined, url, granted, netcdf_version, progress, kept, result, checksums)
     finally:
         for item in parsed:
             item.close()

@@ -84,8 +84,10 @@ def write(
     progress: Progress | None,
     files: list[SourceFile],
     result,
+    checksums: bool = False,
 ) -> None:
-    """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``."""
+    """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``. ``checksums``:
+    record the crc32c of every referenced range (each read once here), checked when it is read."""
     if url.driver == "icechunk":
         write_icechunk(plan, url, grants, netcdf_version, progress, files, result)
         return
@@ -122,12 +124,24 @@ def write(
                     if progress is not None and (done == total or done % max(1, total // 200) == 0):
                         progress(done, total)
                 result.references += zmap.set_references(normalize(storage.source, None), references)
+                if checksums:
+                    _record_checksums(zmap.manifest, storage, references)
         for file in files:
             file.check_unchanged()  # raising here abandons the manifest unwritten
             zmap.manifest.sources[file.url] = file.recorded()
         if set(result.formats) == {"netcdf3"}:
             zmap.manifest.source_format = "netcdf3"  # ncdump prints netCDF-3 files' text a little apart
         result.variables = len(variables)
+
+
+def _record_checksums(manifest, storage: Storage, references: list[tuple[str, int, int]]) -> None:
+    """The crc32c of each referenced range, under its key in ``manifest.checksums``."""
+    import google_crc32c
+
+    from nczmap.zmap.keys import normalize_key
+
+    for key, offset, length in references:
+        manifest.checksums[normalize_key(key)[1:]] = google_crc32c.value(storage.read(offset, length))
 
 
 def _authorize_sources(plan: Plan, containers, what: str) -> None:

@@ -1,0 +1,179 @@
+"""The fast path for large JSON manifests (issue 19 B8): references found in the raw bytes by numpy must give
+exactly the manifest the ordinary parse gives, and invalid JSON must still be refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nczmap.errors import FormatError
+from nczmap.manifest import kerchunk_json, kerchunk_scan
+
+ZARRAY_1D = json.dumps(
+    {
+        "zarr_format": 2,
+        "shape": [40],
+        "chunks": [4],
+        "dtype": "<f8",
+        "compressor": None,
+        "filters": None,
+        "fill_value": None,
+        "order": "C",
+    }
+)
+ZARRAY_2D = json.dumps(
+    {
+        "zarr_format": 2,
+        "shape": [6, 9],
+        "chunks": [2, 3],
+        "dtype": "<i4",
+        "compressor": None,
+        "filters": None,
+        "fill_value": 0,
+        "order": "C",
+    }
+)
+
+
+def refs_1d(url: str = "/data/a.bin", count: int = 10) -> dict:
+    refs = {".zgroup": '{"zarr_format": 2}', "a/.zarray": ZARRAY_1D}
+    refs.update({f"a/{i}": [url, 32 * i, 32] for i in range(count)})
+    return refs
+
+
+def refs_2d() -> dict:
+    refs = {"g/b/.zarray": ZARRAY_2D, "g/.zgroup": '{"zarr_format": 2}'}
+    refs.update(
+        {f"g/b/{i}.{j}": [f"/data/b{i % 2}.bin", 100 * i + j, 24] for i in range(3) for j in range(3)}
+    )
+    return refs
+
+
+def both(data: bytes, monkeypatch) -> tuple[object, object]:
+    """(fast path result, ordinary result): a Manifest or the FormatError raised."""
+    results = []
+    for fast in (True, False):
+        with monkeypatch.context() as patch:
+            patch.setattr(kerchunk_scan, "MIN_SIZE", 0 if fast else 1 << 62)
+            patch.setattr(kerchunk_scan, "BLOCK", 7)  # many blocks even for a few references
+            try:
+                results.append(kerchunk_json.load(data, "m.json"))
+            except FormatError as exc:
+                results.append(exc)
+    return results[0], results[1]
+
+
+def assert_same(data: bytes, monkeypatch, scanned: bool | None = None) -> None:
+    fast, slow = both(data, monkeypatch)
+    assert type(fast) is type(slow), (fast, slow)
+    if isinstance(slow, FormatError):
+        return
+    keys = slow.sorted_keys()
+    assert fast.sorted_keys() == keys
+    for key in [*keys, "a/39", "a/x", "g/b/2.2"]:
+        assert outcome(fast, key) == outcome(slow, key), key
+    assert fast.templates == slow.templates and fast.sources == slow.sources
+    assert fast.checksums == slow.checksums
+    if scanned is not None:
+        assert (kerchunk_scan.scan(data, json.loads) is not None) == scanned
+
+
+def outcome(manifest, key: str) -> object:
+    try:
+        return manifest.get(key)
+    except FormatError as exc:
+        return str(exc)
+
+
+def compact(document: dict) -> bytes:
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"version": 1, "refs": refs_1d()},
+        {"version": 1, "refs": {**refs_1d(), **refs_2d()}},
+        refs_1d(),  # version 0
+        {"version": 1, "templates": {"u": "/data/t"}, "refs": refs_1d("{{u}}/a.bin")},
+        {
+            "version": 1,
+            "refs": refs_1d(),
+            "nczmap": {"sources": {"/data/a.bin": {"size": 320}}, "crc32c": {"a/0": 5}},
+        },
+        {"version": 1, "refs": {**refs_1d(), "a/3": "base64:AAAA", "a/4": ["/data/w.bin"]}},
+        {"version": 1, "refs": {**refs_1d(), "a/.zattrs": {"x": ["s", 1, 2], "_ARRAY_DIMENSIONS": ["x"]}}},
+        {"version": 1, "refs": {**refs_1d(), "a/99": ["/data/a.bin", 0, 1], "a/01": ["/data/a.bin", 0, 1]}},
+        {"version": 1, "refs": {**refs_1d(), "other/0": ["/data/a.bin", 0, 1]}},
+        {"version": 1, "refs": {**refs_1d(), "/a/5": ["/data/z.bin", 0, 1]}},
+        {"version": 1, "refs": refs_1d("/data/ünïcode.bin")},
+        {"version": 1, "refs": refs_1d('/data/q"uote.bin')},
+        {"version": 1, "refs": refs_1d("/data/bad\x00.bin")},
+        {"version": 1, "refs": {**refs_1d(), "a/2": ["/data/a.bin", 1.5, 2]}},
+        {"version": 1, "refs": {**refs_1d(), "a/2": ["/data/a.bin", -1, 2]}},
+        {"version": 1, "refs": {**refs_1d(), "a/2": ["/data/a.bin", 2**70, 2]}},
+        {"version": 1, "refs": {**refs_1d(), "a\\/2": ["/data/a.bin", 0, 2]}},
+        {"version": 1, "refs": refs_1d(), "extra": {"k": ["/data/a.bin", 0, 1]}},
+        {"version": 1, "refs": {**refs_1d(), "": ["/data/a.bin", 0, 1]}},
+        {"version": 2, "refs": refs_1d()},
+        {"version": 1, "refs": refs_1d("{{missing}}/a.bin")},
+    ],
+)
+def test_the_fast_path_gives_what_the_ordinary_parse_gives(document, monkeypatch):
+    assert_same(compact(document), monkeypatch)
+    assert_same(json.dumps(document).encode(), monkeypatch)  # ", " and ": " separators
+    assert_same(json.dumps(document, ensure_ascii=False).encode(), monkeypatch)
+
+
+def test_common_references_are_scanned_not_parsed(monkeypatch):
+    monkeypatch.setattr(kerchunk_scan, "MIN_SIZE", 0)
+    data = compact({"version": 1, "refs": {**refs_1d(), **refs_2d()}})
+    scanned = kerchunk_scan.scan(data, json.loads)
+    assert scanned is not None and len(scanned.candidates) == 10 + 9
+    assert scanned.document["refs"] == {
+        "": [],
+        ".zgroup": '{"zarr_format": 2}',
+        "a/.zarray": ZARRAY_1D,
+        "g/b/.zarray": ZARRAY_2D,
+        "g/.zgroup": '{"zarr_format": 2}',
+    }
+    manifest = kerchunk_json.load(data, "m.json")
+    assert set(manifest.arrays) == {"a", "g/b"} and "a/3" not in manifest.entries
+
+
+def test_a_key_given_twice_keeps_the_last_as_json_does(monkeypatch):
+    text = compact({"version": 1, "refs": refs_1d()}).decode()
+    text = text.replace('"a/0":["/data/a.bin",0,32]', '"a/0":["/data/a.bin",0,32],"a/0":["/data/b.bin",7,8]')
+    fast, slow = both(text.encode(), monkeypatch)
+    assert fast.get("a/0") == slow.get("a/0") == ("/data/b.bin", 7, 8)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda t: t.replace(",32]", ",32],", 1),  # a trailing comma
+        lambda t: t.replace(",32,32]", ",032,32]", 1),  # a leading zero (ujson lets it pass)
+        lambda t: t.replace(",32,32]", ",32,+32]", 1),
+        lambda t: t[:-1],  # cut short
+        lambda t: t + "x",
+        lambda t: t.replace('"a/1"', '"a/1', 1),  # an unpaired quote
+        lambda t: t.replace('"a/1":', '"a/1"', 1),  # no colon
+        lambda t: t.replace("/data/a.bin", "/data/\ta.bin", 1),  # a raw control character (ujson: passes)
+        lambda t: t.replace('"a/2"', '"a/\\x"', 1),  # a bad escape
+        lambda t: t.replace('"a/2":[', '"a/2":[[', 1),
+        lambda t: t.replace('"refs":{', '"refs":{{', 1),
+        lambda t: t.replace(',"a/3"', ' "a/3"', 1),  # no comma between members
+    ],
+)
+def test_invalid_json_is_still_refused(change, monkeypatch):
+    text = change(compact({"version": 1, "refs": refs_1d()}).decode())
+    with pytest.raises(ValueError):
+        json.loads(text)
+    assert_same(text.encode(), monkeypatch)  # refused, or let pass by ujson both ways (a leading zero...)
+
+
+def test_invalid_utf8_in_a_url_is_refused(monkeypatch):
+    data = compact({"version": 1, "refs": refs_1d()}).replace(b"/data/a.bin", b"/data/\xff.bin", 1)
+    fast, slow = both(data, monkeypatch)
+    assert isinstance(slow, FormatError) and isinstance(fast, FormatError)
