@@ -93,7 +93,7 @@ def write(
         return
     zmap = open_map(url, "w", containers=grants)
     try:
-        _authorize_sources(plan, zmap.containers, "manifest")
+        urls = _authorize_sources(plan, zmap.containers, "manifest")
         if not url.on_s3:
             zmap.keep_large_chunks_beside()
         target = open_on(zmap, "w", format_options(url, netcdf_version))
@@ -123,7 +123,7 @@ def write(
                     done += 1
                     if progress is not None and (done == total or done % max(1, total // 200) == 0):
                         progress(done, total)
-                result.references += zmap.set_references(normalize(storage.source, None), references)
+                result.references += zmap.set_references(urls[storage.source], references)
                 if checksums:
                     _record_checksums(zmap.manifest, storage, references)
         for file in files:
@@ -144,13 +144,17 @@ def _record_checksums(manifest, storage: Storage, references: list[tuple[str, in
         manifest.checksums[normalize_key(key)[1:]] = google_crc32c.value(storage.read(offset, length))
 
 
-def _authorize_sources(plan: Plan, containers, what: str) -> None:
-    """AccessDenied unless every source lies in a container the result will grant."""
+def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
+    """Every source's canonical URL (its local links resolved once, not once per variable); AccessDenied
+    unless each lies in a container the result will grant."""
+    urls = {}
     for source in plan.sources:
+        urls[source] = normalize(source, None)
         try:
-            authorize(normalize(source, None), None, containers, source)
+            authorize(urls[source], None, containers, source)
         except AccessDenied as exc:
             raise AccessDenied(f"the {what} may not refer to {source}: {exc}") from None
+    return urls
 
 
 def _write_loaded(variable: SourceVariable, dest) -> None:
@@ -310,7 +314,7 @@ def write_icechunk(
     from nczmap.zmap.icechunk import checksum
 
     containers = as_containers(grants)
-    _authorize_sources(plan, containers, "repository")
+    urls = _authorize_sources(plan, containers, "repository")
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
     try:
         target = open_on(zmap, "w", format_options(url, netcdf_version))
@@ -330,7 +334,7 @@ def write_icechunk(
                 result.loaded.append(variable.key)
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
-                source = normalize(storage.source, None)
+                source = urls[storage.source]
                 for index, entry in _entries(variable, storage, shift):
                     key = dest.chunk_key(index)
                     if isinstance(entry, bytes):
