@@ -695,7 +695,8 @@ def _add_overview(
         return
     group = Group(f"overview_{number}", root)
     root.groups[group.name] = group
-    _add_image(group, tiff, image, bands, geo, geo.scaled(image, full), refused)
+    # dimensions of their own names: xarray's DataTree cannot align a group's x with its parent's
+    _add_image(group, tiff, image, bands, geo, geo.scaled(image, full), refused, f"_overview_{number}")
 
 
 def _add_image(
@@ -706,10 +707,11 @@ def _add_image(
     geo: _Georeference,
     transform: tuple[float, ...] | None,
     refused: list[Refusal],
+    suffix: str = "",
 ) -> None:
-    y = Dimension("y", image.height, False, group)
-    x = Dimension("x", image.width, False, group)
-    group.dimensions["y"], group.dimensions["x"] = y, x
+    y = Dimension("y" + suffix, image.height, False, group)
+    x = Dimension("x" + suffix, image.width, False, group)
+    group.dimensions[y.name], group.dimensions[x.name] = y, x
     _xy(group, tiff.name, x, y, transform, geo)
     band_dim = group.root.dimensions.get("band")
     georeferenced = geo.crs_attributes is not None
