@@ -283,7 +283,7 @@ class ValueFormatter:
             fmt = FLOAT_DATA_FORMAT if self.nctype == "float" else DOUBLE_DATA_FORMAT
         else:
             fmt = "%d"
-        if self.fill is not None and self._fill_mask(values).any():
+        if self.fill is not None and self._may_hold_fill(values) and self._fill_mask(values).any():
             return None
         text = separator.decode().join([fmt] * values.size) % tuple(values.tolist())
         return text.encode("ascii")
@@ -309,6 +309,23 @@ class ValueFormatter:
         if self.c_format is not None:
             return [_c_format(self.c_format, v) for v in values]
         return _format_all("%d", values)
+
+    def _may_hold_fill(self, values: np.ndarray) -> bool:
+        """False when no value can be the fill (:meth:`_fill_mask` all false), known from the extremes
+        alone: a finite real fill ``f`` matches only values of its sign within a relative epsilon, so
+        all of them are below ``|f| / (1 + 4ε)`` or above ``|f| / (1 - 4ε)`` in magnitude (four times
+        the epsilon :func:`_float_equals` allows, for its rounding). True: look at every value."""
+        if self.nctype not in ("float", "double"):
+            return True
+        fill = float(self.fill)
+        if fill == 0 or not math.isfinite(fill):
+            return True
+        slack = 4 * (_FLT_EPSILON if self.nctype == "float" else _DBL_EPSILON)
+        low, high = float(values.min()), float(values.max())
+        near, far = fill / (1 + slack), fill / (1 - slack)  # |near| < |fill| < |far|
+        if fill > 0:
+            return not (high < near or low > far)
+        return not (high < far or low > near)
 
     def _fill_mask(self, flat: np.ndarray) -> np.ndarray:
         if self.nctype == "float":

@@ -65,15 +65,45 @@ _LOOSE_NUMBER = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|\d+\.?\d*(?:[eE][+-]?\d+)
 _BARE_WORD = re.compile(r"[A-Za-z0-9_$+\-.]+")
 
 
+# Floats as plain ``float``: the C scanner makes them without calling back into Python, several times faster
+# than :class:`FloatText`. For metadata read to build a model, where the source text of a float matters only
+# in the rare value shown as JSON text: the reader parses such a document again with :func:`loads`.
+_PLAIN_DECODER = json.JSONDecoder(strict=False)
+
+
 def loads(text: str | bytes, where: str | Callable[[], str] = "") -> object:
     """Parse JSON text; strict JSON first, then netcdf-c's lenient grammar."""
+    return _loads(text, where, _DECODER)
+
+
+def loads_plain(text: str | bytes, where: str | Callable[[], str] = "") -> object:
+    """:func:`loads`, but strict JSON floats (and ``NaN``/``Infinity``) come back as plain ``float``
+    without their source text (:func:`holds_plain_float` tells whether a value has any)."""
+    return _loads(text, where, _PLAIN_DECODER)
+
+
+def holds_plain_float(value: object) -> bool:
+    """Whether ``value`` holds a float whose source text was not kept (from :func:`loads_plain`)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if type(item) is float:
+            return True
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
+
+
+def _loads(text: str | bytes, where: str | Callable[[], str], decoder: json.JSONDecoder) -> object:
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             text = text.decode("latin-1")
     try:
-        return _DECODER.decode(text)
+        return decoder.decode(text)
     except (ValueError, RecursionError):
         pass
     try:

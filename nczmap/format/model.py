@@ -6,7 +6,7 @@ indexing of variables.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, KeysView, MutableMapping
 from dataclasses import dataclass, field
 
 from nczmap._lazy import numpy as np
@@ -58,6 +58,8 @@ class Attribute:
             return self.value
         if self.nctype is STRING:
             return self.value[0] if len(self.value) == 1 else list(self.value)
+        if self._value is None and self._numbers is not None and len(self._numbers) == 1:  # no array needed
+            return self.nctype.numpy.type(self._numbers[0])
         return self.value[0] if len(self.value) == 1 else self.value
 
     @classmethod
@@ -123,6 +125,9 @@ class Attributes(MutableMapping[str, object]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
+
+    def keys(self) -> KeysView[str]:
+        return self._items.keys()  # what Mapping.keys gives, iterated without Python-level generators
 
     def __len__(self) -> int:
         return len(self._items)

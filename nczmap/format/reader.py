@@ -12,20 +12,19 @@ writers; nczmap; netcdf-c 4.9.3 and later) is reinterpreted.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
 import gc
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 
+from nczmap._lazy import LazyModule
 from nczmap.concurrency import run_bounded
 from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
-from nczmap.format import zarr3
 from nczmap.format.codecs import CodecChain
 from nczmap.format.dataset import Dataset, FormatOptions
 from nczmap.format.dialects import Dialect, host_order_release
-from nczmap.format.jsonutil import loads, netcdf_text
+from nczmap.format.jsonutil import holds_plain_float, loads, loads_plain, netcdf_text
 from nczmap.format.model import Attribute, Attributes, Dimension, Group
 from nczmap.format.types import (
     BY_CODE,
@@ -41,6 +40,8 @@ from nczmap.format.types import (
 )
 from nczmap.format.variable import ArrayLayout, PendingFill, Variable
 from nczmap.zmap import Latency, ZMap
+
+zarr3 = LazyModule("nczmap.format.zarr3")  # Zarr v3 only: NCZarr and Zarr v2 stores never import it
 
 _HIDDEN = frozenset(
     [
@@ -65,20 +66,35 @@ def is_hidden(name: str) -> bool:
 
 
 class MetadataSource:
-    """Metadata objects by key: from consolidated ``/.zmetadata`` when there is one, else one read each."""
+    """Metadata objects by key: from consolidated ``/.zmetadata`` when there is one, else one read each.
 
-    def __init__(self, zmap: ZMap, consolidated: dict | None) -> None:
+    Objects are parsed with plain floats (:func:`loads_plain`); :meth:`exact` parses one again keeping the
+    source text of its numbers, for the rare value shown as JSON text."""
+
+    def __init__(self, zmap: ZMap, consolidated: dict | None, consolidated_text: bytes | None = None) -> None:
         self.zmap = zmap
         self.consolidated = consolidated
+        self._consolidated_text = consolidated_text
         self._fetched: dict[str, bytes | None] = {}
-        # Where every read is a round trip, fetch a group's metadata objects several at a time.
-        self.prefetching = consolidated is None and zmap.latency is Latency.REMOTE
+        self._texts: dict[str, bytes] = {}  # what each object parsed with plain floats was parsed from
+        self._exact: dict[str, object] = {}
+        # .zarray objects with the same text (arrays of one shape, type and dimensions) parsed once: the
+        # reader only reads them
+        self._same_arrays: dict[bytes, dict] = {}
+        # Where every read is a round trip, fetch a group's metadata objects several at a time; where the
+        # driver reads many small objects in one pass (the file driver), all of a group's at once.
+        self._bulk = getattr(zmap, "read_objects", None) if zmap.latency is Latency.LOCAL else None
+        self.prefetching = consolidated is None and (zmap.latency is Latency.REMOTE or self._bulk is not None)
 
     def prefetch(self, keys: list[str]) -> None:
-        """Read these objects ahead, concurrently (only where reads are round trips to a server)."""
+        """Read these objects ahead: in one pass where the driver can, else concurrently where reads are
+        round trips to a server. What is not read ahead is read when asked for."""
         if not self.prefetching:
             return
         wanted = [key for key in keys if key not in self._fetched]
+        if self._bulk is not None:
+            self._fetched.update(self._bulk(wanted))
+            return
         for key, data in zip(
             wanted, run_bounded(lambda key=key: self._raw(key) for key in wanted), strict=True
         ):
@@ -90,17 +106,48 @@ class MetadataSource:
         except EmptyError:
             return None
 
-    def get(self, key: str) -> dict | None:
-        if self.consolidated is not None and key.rsplit("/", 1)[-1] in (".zgroup", ".zattrs", ".zarray"):
-            value = self.consolidated.get(key.lstrip("/"))
+    def get(self, key: str, exact: bool = False) -> dict | None:
+        """The object at ``key`` parsed (None if absent); ``exact`` keeps every number's source text."""
+        if self._consolidates(key):
+            value = (self._exact_consolidated() if exact else self.consolidated).get(key.lstrip("/"))
         else:
             data = self._fetched.pop(key) if key in self._fetched else self._raw(key)
             if data is None:
                 return None
-            value = loads(data, lambda: f"{key!r} of {self.zmap.location}")
+            if exact:
+                value = loads(data, lambda: f"{key!r} of {self.zmap.location}")
+            else:
+                value = self._same_arrays.get(data) if key.endswith("/.zarray") else None
+                if value is None:
+                    value = loads_plain(data, lambda: f"{key!r} of {self.zmap.location}")
+                    if key.endswith("/.zarray") and isinstance(value, dict):
+                        self._same_arrays[data] = value
+                self._texts[key] = data
         if value is not None and not isinstance(value, dict):
             raise FormatError(f"{key!r} of {self.zmap.location} must hold a JSON object")
         return value
+
+    def exact(self, key: str) -> dict | None:
+        """The object :meth:`get` gave for ``key``, parsed again keeping every number's source text
+        (None if it was not parsed with plain floats)."""
+        found = self._exact.get(key)
+        if found is None:
+            if self._consolidates(key):
+                found = self._exact_consolidated().get(key.lstrip("/"))
+            elif key in self._texts:
+                found = loads(self._texts[key], lambda: f"{key!r} of {self.zmap.location}")
+            self._exact[key] = found
+        return found if isinstance(found, dict) else None
+
+    def _consolidates(self, key: str) -> bool:
+        return self.consolidated is not None and key.rsplit("/", 1)[-1] in (".zgroup", ".zattrs", ".zarray")
+
+    def _exact_consolidated(self) -> dict:
+        found = self._exact.get("/.zmetadata")
+        if found is None:
+            document = loads(self._consolidated_text or b"{}", f"'/.zmetadata' of {self.zmap.location}")
+            found = self._exact["/.zmetadata"] = document["metadata"]
+        return found
 
     def children(self, key: str) -> tuple[list[str], list[str]]:
         """Sorted (subgroup names, array names) of a group, as pure-Zarr readers find them."""
@@ -125,16 +172,23 @@ class MetadataSource:
 
 
 def read_consolidated(zmap: ZMap, required: bool) -> dict | None:
+    found = _read_consolidated(zmap, required)
+    return None if found is None else found[0]
+
+
+def _read_consolidated(zmap: ZMap, required: bool) -> tuple[dict, bytes] | None:
+    """The consolidated metadata (numbers as plain floats) and the text it was parsed from."""
     try:
-        document = loads(zmap.read("/.zmetadata"), f"'/.zmetadata' of {zmap.location}")
+        text = zmap.read("/.zmetadata")
     except EmptyError:
         return None
+    document = loads_plain(text, f"'/.zmetadata' of {zmap.location}")
     metadata = document.get("metadata") if isinstance(document, dict) else None
     if not isinstance(metadata, dict) or document.get("zarr_consolidated_format") != 1:
         if required:
             raise FormatError(f"'/.zmetadata' of {zmap.location} is not valid consolidated metadata")
         return None
-    return metadata
+    return metadata, text
 
 
 def no_dataset(zmap: ZMap) -> NCZError:
@@ -167,8 +221,9 @@ def detect_dialect(source: MetadataSource, zgroup: dict, zattrs: dict) -> Dialec
 def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     """Build the netCDF model of the dataset stored in ``zmap``."""
     options = options or FormatOptions()
-    consolidated = read_consolidated(zmap, required=options.consolidated)
-    source = MetadataSource(zmap, consolidated)
+    found = _read_consolidated(zmap, required=options.consolidated)
+    consolidated = None if found is None else found[0]
+    source = MetadataSource(zmap, consolidated, None if found is None else found[1])
     found_zattrs = source.get("/.zattrs")
     zattrs = found_zattrs or {}
     d3 = isinstance(zattrs.get("_nczarr_superblock"), dict) and not options.pure_zarr
@@ -177,7 +232,7 @@ def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     dialect = detect_dialect(source, zgroup, zattrs)
     nothing = found_zattrs is None and found_zgroup is None and consolidated is None
     if nothing and dialect is Dialect.PURE_ZARR:
-        root = source.get("/" + zarr3.ZARR_JSON)
+        root = source.get("/" + zarr3.ZARR_JSON, exact=True)
         if root is None:
             raise no_dataset(zmap)
         return _read_v3(zmap, options, source, root)
@@ -224,7 +279,7 @@ class Source3:
 
     def node(self, key: str) -> dict | None:
         if self.consolidated is None:
-            return self.source.get(_join(key, zarr3.ZARR_JSON))
+            return self.source.get(_join(key, zarr3.ZARR_JSON), exact=True)  # v3 is read as written
         found = self.consolidated.get(key.strip("/"))
         if found is not None and not isinstance(found, dict):
             raise FormatError(f"consolidated metadata of {key!r} must be a JSON object")
@@ -299,11 +354,14 @@ class _Reader:
         self.dimensions_by_path: dict[str, Dimension] = {}
         self._d3 = dataset.dialect is Dialect.NCZARR_ATTRIBUTES and not pure
         self._host_order = host_order_release(dataset.provenance)  # the netcdf-c release, when bug 18
+        self._layouts: dict[int, tuple[dict, ArrayLayout]] = {}  # id(.zarray) -> (it, its layout unused)
 
     # ----------------------------------------------------------------- groups
     def group(self, key: str, group: Group, zgroup: dict, zattrs: dict) -> None:
         info = None if self.pure else self._group_info(key, zgroup, zattrs)
-        read_attributes(group.attrs, zattrs, self._types(key, zattrs), None, self.pure)
+        read_attributes(
+            group.attrs, zattrs, self._types(key, zattrs), None, self.pure, self._exact(_join(key, ".zattrs"))
+        )
         if info is None:
             subgroups, arrays = self.source.children(key)
         else:
@@ -381,7 +439,7 @@ class _Reader:
             raise FormatError(f"array {key!r} is listed but has no .zarray")
         zattrs = self.source.get(key + "/.zattrs") or {}
         info = None if self.pure else self._array_info(key, zarray, zattrs)
-        layout = parse_layout(zarray, self.pure, key)
+        layout = self._layout(zarray, key)
         if info is not None:
             dims, scalar = self._referenced_dims(group, info, layout, key)
         else:
@@ -390,8 +448,28 @@ class _Reader:
         if self._host_order is not None:
             self._in_host_order(layout, key)
         variable = Variable(group, name, dims, layout)
-        read_attributes(variable.attrs, zattrs, self._types(key, zattrs), layout.dtype.nctype, self.pure)
+        read_attributes(
+            variable.attrs,
+            zattrs,
+            self._types(key, zattrs),
+            layout.dtype.nctype,
+            self.pure,
+            self._exact(key + "/.zattrs"),
+        )
         return variable
+
+    def _layout(self, zarray: dict, key: str) -> ArrayLayout:
+        """The array's layout: parsed, or copied from that of an array with the same ``.zarray`` text."""
+        known = self._layouts.get(id(zarray))
+        if known is not None and known[0] is zarray:
+            return _copied(known[1])
+        layout = parse_layout(zarray, self.pure, key, lambda: self.source.exact(key + "/.zarray"))
+        self._layouts[id(zarray)] = (zarray, _copied(layout))
+        return layout
+
+    def _exact(self, key: str) -> Callable[[str], object]:
+        """The attribute ``name`` of the object at ``key`` with its numbers' source text."""
+        return lambda name: (self.source.exact(key) or {}).get(name, _NOT_KEPT)
 
     def _in_host_order(self, layout: ArrayLayout, key: str) -> None:
         """A big-endian array of a store by netcdf-c 4.8.0-4.9.2: its chunks hold little-endian bytes."""
@@ -471,7 +549,9 @@ class _Reader:
         return dim if dim.size == size else None
 
 
-def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
+def parse_layout(zarray: dict, pure: bool, key: str, exact: Callable[[], dict] | None = None) -> ArrayLayout:
+    """The array's layout; ``exact()`` is ``zarray`` with its numbers' source text, for codecs that hold
+    floats (``-s`` shows them as JSON text) when ``zarray`` was parsed with plain floats."""
     if zarray.get("zarr_format", 2) != 2:
         raise FormatError(f"array {key!r}: zarr_format {zarray.get('zarr_format')!r} is not 2")
     dtype = parse_dtype(zarray.get("dtype"), pure, f"array {key!r}")
@@ -488,15 +568,37 @@ def parse_layout(zarray: dict, pure: bool, key: str) -> ArrayLayout:
         raise FormatError(f"array {key!r}: filters must be a list of codec objects, not {filters!r}")
     if compressor is not None and not (isinstance(compressor, dict) and "id" in compressor):
         raise FormatError(f"array {key!r}: compressor must be a codec object or null, not {compressor!r}")
+    with_floats = exact is not None and (filters or compressor) and holds_plain_float([filters, compressor])
+    exact_zarray = exact() if with_floats else None
+    if exact_zarray is not None:
+        filters, compressor = exact_zarray.get("filters") or [], exact_zarray.get("compressor")
     codecs = CodecChain(list(filters), compressor, dtype.itemsize)
     fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
+
+
+def _copied(layout: ArrayLayout) -> ArrayLayout:
+    """A new layout as :func:`parse_layout` made ``layout`` (nothing shared that a variable may change)."""
+    codecs = layout.codecs
+    compressor = dict(codecs.compressor) if codecs.compressor is not None else None
+    return ArrayLayout(
+        layout.shape,
+        layout.chunks,
+        layout.dtype,
+        layout.fill,
+        CodecChain([dict(f) for f in codecs.filters], compressor, codecs.itemsize),
+        layout.separator,
+        layout.order,
+    )
 
 
 def parse_fill(value: object, nctype: NCType, key: str) -> object:
     if value is None:
         return None
     if nctype.is_text:
+        import base64
+        import binascii
+
         text = value if isinstance(value, str) else ""
         try:
             raw = base64.b64decode(text, validate=True) if text else b""
@@ -508,8 +610,15 @@ def parse_fill(value: object, nctype: NCType, key: str) -> object:
 
 
 def read_attributes(
-    target: Attributes, zattrs: dict, types: dict, var_type: NCType | None, pure: bool
+    target: Attributes,
+    zattrs: dict,
+    types: dict,
+    var_type: NCType | None,
+    pure: bool,
+    exact: Callable[[str], object] | None = None,
 ) -> None:
+    """``exact(name)``: the attribute's value with its numbers' source text, when ``zattrs`` was parsed
+    with plain floats (a value shown as JSON text is printed as it was written)."""
     loaded = {}
     for name, value in zattrs.items():
         if is_hidden(name):
@@ -520,7 +629,7 @@ def read_attributes(
             nctype = var_type
         if nctype is None and name not in types:
             nctype = infer_json_type(value)
-        loaded[name] = make_attribute(name, value, nctype)
+        loaded[name] = make_attribute(name, value, nctype, exact)
     target.load(loaded)
 
 
@@ -536,21 +645,42 @@ def _declared_type(declared: str, pure: bool) -> NCType | None:
         return None
 
 
-def make_attribute(name: str, value: object, nctype: NCType | None) -> Attribute:
-    """The attribute a JSON value stands for; a value that is not of the declared type is kept as text."""
+def make_attribute(
+    name: str, value: object, nctype: NCType | None, exact: Callable[[str], object] | None = None
+) -> Attribute:
+    """The attribute a JSON value stands for; a value that is not of the declared type is kept as text
+    (``exact(name)``: the value with its numbers' source text, when ``value`` has plain floats)."""
     if nctype is None or nctype is CHAR:
-        return Attribute(name, CHAR, value if isinstance(value, str) else netcdf_text(value))
+        if isinstance(value, str):
+            return Attribute(name, CHAR, value)
+        return Attribute(name, CHAR, netcdf_text(_with_text(name, value, exact)))
     if nctype is STRING:
         values = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in values):
+            value = _with_text(name, value, exact)
+            values = value if isinstance(value, list) else [value]
         return Attribute(name, STRING, [v if isinstance(v, str) else netcdf_text(v) for v in values])
+    if type(value) is float and nctype.letter[:1] == "f":  # the common case: one number, as convert_value
+        return Attribute(name, nctype, numbers=[to_float32(value) if nctype is FLOAT else value])
     values = value if isinstance(value, list) else [value]
     try:
         converted = [convert_value(v, nctype, name) for v in values]
     except FormatError:
-        return Attribute(name, CHAR, netcdf_text(value))
+        return Attribute(name, CHAR, netcdf_text(_with_text(name, value, exact)))
     if nctype is FLOAT:
         converted = [to_float32(v) for v in converted]
     return Attribute(name, nctype, numbers=converted)
+
+
+def _with_text(name: str, value: object, exact: Callable[[str], object] | None) -> object:
+    """``value`` as written: numbers keep their source text (for showing it as JSON text)."""
+    if exact is None or not holds_plain_float(value):
+        return value
+    found = exact(name)
+    return value if found is _NOT_KEPT else found
+
+
+_NOT_KEPT = object()  # no text kept for the attribute: shown as parsed
 
 
 def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:

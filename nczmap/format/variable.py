@@ -80,7 +80,7 @@ class Variable:
 
     @property
     def dimensions(self) -> tuple[str, ...]:
-        return tuple(dim.name for dim in self.dims)
+        return tuple([dim.name for dim in self.dims])
 
     @property
     def nctype(self) -> NCType:

@@ -91,6 +91,35 @@ class Beneath:
             raise NotRegular(f"{shown!r} in {self.what} is {kind}: only regular files are read")
         return fd
 
+    def read_small_files(self, paths: Sequence[str], limit: int) -> list[bytes | None]:
+        """The whole content of each regular file at ``paths`` (``/``-joined components, none ``.``,
+        ``..`` or empty) shorter than ``limit`` bytes, each opened in one ``openat2(RESOLVE_BENEATH)``
+        call; None where that does not settle it (no ``openat2``, a link on the way, absent, no regular
+        file, ``limit`` bytes or more, an error): :meth:`open_file` decides those. For many small
+        objects at once (metadata), with as little as possible done per file: open, fstat, read, close."""
+        global _openat2
+        if _openat2 is None:
+            _openat2 = _find_openat2()
+        if not _openat2:
+            return [None] * len(paths)
+        syscall, number, hows = _openat2
+        how, size = hows.get(_OPEN_FILE) or _open_how(hows, _OPEN_FILE)
+        directory, fstat, pread, close, regular = self.fd, os.fstat, os.pread, os.close, stat.S_ISREG
+        found: list[bytes | None] = []
+        for path in paths:
+            fd = syscall(number, directory, path.encode(), how, size)
+            if fd < 0:
+                found.append(None)
+                continue
+            try:
+                data = pread(fd, limit, 0) if regular(fstat(fd).st_mode) else None
+            except OSError:
+                data = None
+            finally:
+                close(fd)
+            found.append(data if data is not None and len(data) < limit else None)
+        return found
+
     def stat(self, parts: Sequence[str], shown: str) -> os.stat_result | None:
         """What ``parts`` is (links beneath the directory followed); None if it does not exist."""
         if len(parts) > 1 and tuple(parts[:-1]) not in self._cache:

@@ -43,12 +43,13 @@ from nczmap.errors import (
     from_os_error,
 )
 from nczmap.url import ParsedURL
-from nczmap.zmap import byteranges, locking
+from nczmap.zmap import byteranges
 from nczmap.zmap.base import STORE_MARKERS, ZMap
 from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_listable_name, normalize_key, sort_names
 
 if TYPE_CHECKING:
+    from nczmap.zmap import locking
     from nczmap.zmap.beneath import _Held
 
 _EMPTY_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.ENXIO)  # ENXIO: opening a socket
@@ -74,6 +75,8 @@ class FileMap(ZMap):
         self._reopening = threading.Lock()
         self._path_max, self._name_max = _limits(self.root)
         self._root_bytes = len(os.fsencode(self.root))
+        if lock and mode != "r":
+            from nczmap.zmap import locking  # writers only (it imports shutil, bz2, lzma)
         try:
             if lock and mode in ("a", "w"):
                 self._writer_lock = locking.acquire(self.root)  # before anything is created or emptied
@@ -248,6 +251,27 @@ class FileMap(ZMap):
             raise self._read_error(key, exc) from None
         finally:
             os.close(fd)
+
+    def read_objects(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """Many small whole objects (metadata) read in one pass: key -> content. A key missing from the
+        answer is for :meth:`read` to decide (absent, not a regular file, 64 KiB or more, behind a link,
+        an illegal key, an error): nothing is refused here that ``read`` would return, and nothing is
+        returned that it would refuse. Every object is opened beneath the store as ``read`` opens it."""
+        self._check_open()
+        wanted: list[str] = []
+        paths: list[str] = []
+        name_max, room = self._name_max, self._path_max - self._root_bytes
+        for key in keys:
+            try:
+                normal = normalize_key(key)
+            except KeyNameError:
+                continue
+            most = len(normal) * 4  # UTF-8 bytes at most: short keys need no closer look (_parts)
+            if normal != ROOT and ((most <= name_max and most < room) or self._parts(normal) is not None):
+                wanted.append(key)
+                paths.append(normal[1:])
+        contents = self._held().read_small_files(paths, byteranges.FIRST_READ_BYTES)
+        return {key: data for key, data in zip(wanted, contents, strict=True) if data is not None}
 
     def _read_into(self, key: str, buffer: memoryview, start: int) -> int:
         fd = self._open_object(key)
