@@ -180,7 +180,8 @@ def test_not_registered_in_numcodecs():
         assert registered is not cls
 
 
-def test_codec_chain_falls_back(monkeypatch):
+def hide_imagecodecs(monkeypatch) -> None:
+    """numcodecs as if imagecodecs-numcodecs (and nczmap's entry point) were not installed."""
     import numcodecs
 
     real = numcodecs.get_codec
@@ -191,6 +192,10 @@ def test_codec_chain_falls_back(monkeypatch):
         return real(config)
 
     monkeypatch.setattr(numcodecs, "get_codec", without_imagecodecs)
+
+
+def test_codec_chain_falls_back(monkeypatch):
+    hide_imagecodecs(monkeypatch)
     values = _random("<i2", (4, 6, 3))
     delta = {"id": "imagecodecs_delta", "axis": -2, "dist": 1, "shape": [4, 6, 3], "dtype": "<i2"}
     encoded = imagecodecs.lzw_encode(imagecodecs.delta_encode(values, axis=-2).tobytes())

@@ -7,6 +7,7 @@ import struct
 
 import numpy as np
 import pytest
+from test_tiff_codecs import hide_imagecodecs
 
 from nczmap.errors import FormatError
 from nczmap.format import tiffcodecs
@@ -41,16 +42,7 @@ class _Bytes(_File):
 def backend(request, monkeypatch):
     """Decode through imagecodecs-numcodecs, or through nczmap's own codecs as if it were absent."""
     if request.param == "nczmap":
-        import numcodecs
-
-        real = numcodecs.get_codec
-
-        def without_imagecodecs(config):
-            if config["id"].startswith(("imagecodecs_", "nczmap.")):
-                raise ValueError(f"codec not available: {config['id']!r}")
-            return real(config)
-
-        monkeypatch.setattr(numcodecs, "get_codec", without_imagecodecs)
+        hide_imagecodecs(monkeypatch)
     return request.param
 
 
