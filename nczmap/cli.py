@@ -78,6 +78,7 @@ def _virtualize(args: argparse.Namespace) -> None:
             load=args.load,
             skip_mismatched=args.skip_mismatched,
             checksums=args.checksums,
+            reading=terminal_progress("reading sources", unit="files"),
             **options,
         )
     for refusal in result.refused:

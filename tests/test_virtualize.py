@@ -831,3 +831,14 @@ def test_s3_sources_that_are_missing_or_of_no_known_format_are_refused_by_name(t
     with pytest.raises(FormatError, match=re.escape("cannot virtualize 'gs://bucket/data.nc'")):
         virtualize(["gs://bucket/data.nc"], tmp_path / "refs.json")
     assert not (tmp_path / "refs.json").exists()
+
+
+def test_reading_progress_counts_the_sources_parsed(tmp_path):
+    parts = [tmp_path / f"part{i}.nc" for i in range(3)]
+    for i, path in enumerate(parts):
+        write_part(path, 4 * i, 4)
+    seen: list[tuple[int, int]] = []
+    virtualize(
+        parts, tmp_path / "refs.json", concat="time", reading=lambda done, total: seen.append((done, total))
+    )
+    assert seen == [(1, 3), (2, 3), (3, 3)]

@@ -25,7 +25,6 @@ CLASSIC_TYPES = ["i1", "i2", "i4", "f4", "f8"]
 CDF5_TYPES = [*CLASSIC_TYPES, "u1", "u2", "u4", "i8", "u8"]
 
 
-
 def write_source(path: Path, fmt: str, records: int = 3) -> None:
     """Fixed, record and scalar variables of every type of the format, char arrays, with and without
     _FillValue, records partly left to the fill, attributes of every type."""

@@ -82,6 +82,7 @@ def virtualize(
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
     executor=None,
     checksums: bool = False,
+    reading: Progress | None = None,
 ) -> VirtualizeResult:
     """Write a manifest at ``destination`` presenting ``sources`` as one NCZarr dataset.
 
@@ -95,10 +96,12 @@ def virtualize(
     ``max_chunk_bytes`` bounds the references made of contiguous data. ``allow`` lists the container
     prefixes references may point into (default: each source's directory or bucket prefix);
     ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
-    called as chunks are described; ``executor`` (a ``concurrent.futures`` executor of this process)
-    parses the sources, by default on up to eight threads. ``checksums`` reads every referenced range
-    once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a read of a source rewritten
-    in place, even with its size and modification time restored, is a StorageError naming the chunk.
+    called as chunks are described, ``reading(done, total)`` as sources are parsed; ``executor`` (a
+    ``concurrent.futures`` executor of this process) parses remote sources, by default on up to eight
+    threads (local ones are parsed one after another: there is no waiting to overlap). ``checksums`` reads
+    every referenced range once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a
+    read of a source rewritten in place, even with its size and modification time restored, is a
+    StorageError naming the chunk.
     """
     if isinstance(load, str):
         load = [name for name in load.split(",") if name]
@@ -119,7 +122,7 @@ def virtualize(
                 "new_dim=/--new-dim)"
             )
         url = manifest_url(destination, files)
-        parsed = _parse_all(files, ParseOptions(max_chunk_bytes=max_chunk_bytes), executor)
+        parsed = _parse_all(files, ParseOptions(max_chunk_bytes=max_chunk_bytes), executor, reading)
         joined = plan(parsed, options)
         granted = grants(allow, files)
         result = VirtualizeResult(
@@ -208,35 +211,43 @@ def _parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
         raise file.error from None
 
 
-def _parse_all(files: list[SourceFile], options: ParseOptions, executor) -> list[ParsedFile]:
-    """Every file parsed, in order; concurrently when there are several."""
+def _parse_all(
+    files: list[SourceFile], options: ParseOptions, executor, reading: Progress | None
+) -> list[ParsedFile]:
+    """Every file parsed, in order; concurrently when there are several remote ones."""
     if len(files) == 1 or (executor is None and all(isinstance(f, LocalFile) for f in files)):
-        return _parse_serially(files, options)  # local: no waiting to overlap (and h5py serialises)
+        return _collect(files, (_Done(_parse, f, options) for f in files), reading)  # local: one by one
     if executor is None:
         with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-            return _collect(files, [pool.submit(_parse, f, options) for f in files])
-    return _collect(files, [executor.submit(_parse, f, options) for f in files])
+            return _collect(files, [pool.submit(_parse, f, options) for f in files], reading)
+    return _collect(files, [executor.submit(_parse, f, options) for f in files], reading)
 
 
-def _parse_serially(files: list[SourceFile], options: ParseOptions) -> list[ParsedFile]:
+class _Done:
+    """A parse run when its result is asked for, as ``future.result()`` (local files need no threads:
+    there is no waiting to overlap, and h5py serialises its calls anyway)."""
+
+    def __init__(self, function, *args) -> None:
+        self.function, self.args = function, args
+
+    def result(self) -> ParsedFile:
+        return self.function(*self.args)
+
+
+def _collect(files: list[SourceFile], futures, reading: Progress | None) -> list[ParsedFile]:
+    """Each future's ParsedFile, in order; on the first failure the others are closed and it is raised
+    (local files: the rest are not parsed)."""
     parsed: list[ParsedFile] = []
-    try:
-        for file in files:
-            parsed.append(_parse(file, options))
-    except BaseException:
-        for item in parsed:
-            item.close()
-        raise
-    return parsed
-
-
-def _collect(files: list[SourceFile], futures) -> list[ParsedFile]:
-    parsed, error = [], None
-    for future in futures:
+    error: BaseException | None = None
+    for done, future in enumerate(futures, 1):
         try:
             parsed.append(future.result())
         except BaseException as exc:  # keep the others' results to close them
             error = error or exc
+            if isinstance(future, _Done):
+                break
+        if reading is not None:
+            reading(done, len(files))
     if error is not None:
         for item in parsed:
             item.close()
