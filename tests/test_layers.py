@@ -20,7 +20,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nczmap"
 LAYERS = [
     (
         "foundation",
-        ("nczmap._version", "nczmap._lazy", "nczmap.errors", "nczmap.registry", "nczmap.concurrency"),
+        (
+            "nczmap._version",
+            "nczmap._lazy",
+            "nczmap.errors",
+            "nczmap.registry",
+            "nczmap.concurrency",
+            "nczmap.checksum",
+        ),
     ),
     ("url", ("nczmap.url",)),
     ("zmap", ("nczmap.zmap", "nczmap.manifest")),

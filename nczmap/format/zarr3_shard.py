@@ -11,6 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from nczmap.checksum import crc32c
 from nczmap.errors import FormatError
 from nczmap.zmap import ZMap
 
@@ -98,9 +99,3 @@ def parse_index(data: bytes, shards: ShardLayout, key: str) -> list[tuple[int, i
     for offset, length in zip(numbers[0::2], numbers[1::2], strict=True):
         entries.append(None if offset == _EMPTY and length == _EMPTY else (offset, length))
     return entries
-
-
-def crc32c(data: bytes) -> int:
-    import google_crc32c
-
-    return google_crc32c.value(bytes(data))

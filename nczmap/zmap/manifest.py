@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from nczmap._lazy import numpy as np
+from nczmap.checksum import crc32c
 from nczmap.concurrency import run_all
 from nczmap.errors import (
     AccessDenied,
@@ -59,7 +60,7 @@ REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs mor
 REMOTE_MAX_SPAN = 1 << 30
 STREAM_PIECE = 1 << 20  # an S3 span's body is scattered into the chunks' buffers in pieces of this size
 MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
-CHECKED_SPAN = 256 << 10  # the longest merged read when its references' checksums are compared
+CHECKED_SPAN = 1 << 20  # the longest merged read when its references' checksums are compared
 
 
 class ManifestMap(ZMap):
@@ -553,9 +554,7 @@ class ManifestMap(ZMap):
     ) -> None:
         """:meth:`_Source.fill` of ``span``, then the checksums recorded for its members compared, in the
         same worker (so one span's hashing overlaps another's reading): whole references only (one longer
-        than its buffer is the caller's error already). No copy: the crc32c extension reads a numpy view."""
-        from google_crc32c import value
-
+        than its buffer is the caller's error already). No copy, and the hashing releases the GIL."""
         source.fill(span, wanted)
         checksums = self.manifest.checksums
         for member in span.members:
@@ -563,7 +562,7 @@ class ManifestMap(ZMap):
             expected = checksums.get(keys[index][1:])
             if expected is not None and length == results[index]:
                 view = np.frombuffer(buffer, dtype=np.uint8, count=length)
-                if value(view) != expected:
+                if crc32c(view) != expected:
                     _verify(keys[index], bytes(view), expected, source.name)
 
 
@@ -773,9 +772,7 @@ class _HttpSource(_Source):
 def _verify(key: str, data, expected: int, source: str) -> None:
     """Refuse bytes whose crc32c is not the one recorded when the manifest was made (the source was
     rewritten, whatever its size and modification time say)."""
-    import google_crc32c
-
-    found = google_crc32c.value(data if isinstance(data, bytes) else bytes(data))  # it takes read-only
+    found = crc32c(data)
     if found != expected:
         raise StorageError(
             f"chunk {key!r}: the bytes read from {source} have crc32c {found:#010x}, not the recorded "

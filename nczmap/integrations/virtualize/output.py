@@ -136,12 +136,11 @@ def write(
 
 def _record_checksums(manifest, storage: Storage, references: list[tuple[str, int, int]]) -> None:
     """The crc32c of each referenced range, under its key in ``manifest.checksums``."""
-    import google_crc32c
-
+    from nczmap.checksum import crc32c
     from nczmap.zmap.keys import normalize_key
 
     for key, offset, length in references:
-        manifest.checksums[normalize_key(key)[1:]] = google_crc32c.value(storage.read(offset, length))
+        manifest.checksums[normalize_key(key)[1:]] = crc32c(storage.read(offset, length))
 
 
 def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
