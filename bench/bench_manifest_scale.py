@@ -235,10 +235,10 @@ def whole_array(workdir: Path, chunks: int, rounds: int) -> None:
 
 def checksum_cost(workdir: Path, chunks: int, rounds: int) -> None:
     """Whole-array reads through JSON manifests of the same references, without and with checksums."""
-    from nczmap.checksum import crc32c
     import numpy as np
 
     import nczmap
+    from nczmap.checksum import crc32c
 
     per_chunk = (16 << 10) // 8
     values = np.arange(chunks * per_chunk, dtype="<f8")
