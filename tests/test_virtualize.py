@@ -421,6 +421,18 @@ def write_part(path: Path, start: int, count: int, ny: int = 3) -> None:
         static[:] = np.arange(ny * 5).reshape(ny, 5) + start
 
 
+def assert_joined_as_netcdf4_reads(ds, parts) -> None:
+    """``ds`` holds the parts' time, field and columns joined along time, as netCDF4-python reads them."""
+    sources = [netCDF4.Dataset(p) for p in parts]
+    try:
+        for name, axis in (("time", 0), ("field", 0), ("columns", 1)):
+            expected = np.concatenate([np.ma.getdata(s[name][...]) for s in sources], axis=axis)
+            assert np.array_equal(ds.variables[name][...], expected), name
+    finally:
+        for source in sources:
+            source.close()
+
+
 def test_concat_along_time_equals_numpy_concatenation(tmp_path):
     parts = [tmp_path / f"part{i}.nc" for i in range(3)]
     for path, (start, count) in zip(parts, [(0, 4), (4, 8), (12, 3)], strict=True):
@@ -428,20 +440,13 @@ def test_concat_along_time_equals_numpy_concatenation(tmp_path):
     refs = tmp_path / "refs.json"
     result = virtualize(parts, refs, concat="time")
     assert result.refused == []
-    sources = [netCDF4.Dataset(p) for p in parts]
-    try:
-        with nczmap.open_dataset(manifest_url(refs)) as ds:
-            assert ds.dimensions["time"].size == 15 and ds.dimensions["time"].unlimited
-            for name, axis in (("time", 0), ("field", 0), ("columns", 1)):
-                expected = np.concatenate([np.ma.getdata(s[name][...]) for s in sources], axis=axis)
-                assert np.array_equal(ds.variables[name][...], expected), name
-            assert np.array_equal(ds.variables["static"][...], sources[0]["static"][...])
-            assert ds.attrs["title"] == "part from 0000"
-        urls = {v[0] for v in json.loads(refs.read_text())["refs"].values() if isinstance(v, list)}
-        assert urls == {p.as_uri() for p in parts}
-    finally:
-        for source in sources:
-            source.close()
+    with nczmap.open_dataset(manifest_url(refs)) as ds, netCDF4.Dataset(parts[0]) as first:
+        assert ds.dimensions["time"].size == 15 and ds.dimensions["time"].unlimited
+        assert_joined_as_netcdf4_reads(ds, parts)
+        assert np.array_equal(ds.variables["static"][...], first["static"][...])
+        assert ds.attrs["title"] == "part from 0000"
+    urls = {v[0] for v in json.loads(refs.read_text())["refs"].values() if isinstance(v, list)}
+    assert urls == {p.as_uri() for p in parts}
 
 
 def test_concat_refuses_a_file_of_another_shape_naming_it(tmp_path):
@@ -464,15 +469,8 @@ def test_concat_loads_a_variable_whose_chunks_do_not_fit_a_file(tmp_path):
         warnings.simplefilter("error", VirtualizeWarning)  # nothing is left out, so nothing to warn about
         result = virtualize(parts, tmp_path / "refs.json", concat="time")
     assert result.refused == [] and sorted(result.loaded) == ["/columns", "/field", "/time"]
-    sources = [netCDF4.Dataset(p) for p in parts]
-    try:
-        with nczmap.open_dataset(manifest_url(tmp_path / "refs.json")) as ds:
-            for name, axis in (("time", 0), ("field", 0), ("columns", 1)):
-                expected = np.concatenate([np.ma.getdata(s[name][...]) for s in sources], axis=axis)
-                assert np.array_equal(ds.variables[name][...], expected), name
-    finally:
-        for source in sources:
-            source.close()
+    with nczmap.open_dataset(manifest_url(tmp_path / "refs.json")) as ds:
+        assert_joined_as_netcdf4_reads(ds, parts)
 
 
 def test_concat_of_contiguous_variables_along_a_fixed_dimension(tmp_path):
@@ -785,15 +783,8 @@ def test_cli_virtualizes_s3_objects_along_time(tmp_path, s3_server):
     done = nczmap_command("virtualize", *urls, refs, "--concat", "time")  # credentials from the environment
     assert done.returncode == 0, done.stderr
     grant = {f"s3://{BUCKET}/{prefix}/": {"endpoint": s3_server.endpoint}}
-    sources = [netCDF4.Dataset(p) for p in parts]
-    try:
-        with nczmap.open_dataset(manifest_url(refs), containers=grant) as ds:
-            for name, axis in (("time", 0), ("field", 0), ("columns", 1)):
-                expected = np.concatenate([np.ma.getdata(s[name][...]) for s in sources], axis=axis)
-                assert np.array_equal(ds.variables[name][...], expected), name
-    finally:
-        for source in sources:
-            source.close()
+    with nczmap.open_dataset(manifest_url(refs), containers=grant) as ds:
+        assert_joined_as_netcdf4_reads(ds, parts)
     document = json.loads(refs.read_text())
     assert set(document["nczmap"]["sources"]) == {f"s3://{BUCKET}/{prefix}/{p.name}" for p in parts}
 
