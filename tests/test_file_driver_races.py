@@ -234,6 +234,28 @@ def test_a_store_replaced_while_open_is_read_anew(tmp_path):
         assert not zmap.exists("/old/.zarray")
 
 
+def test_a_store_replaced_again_and_again_keeps_no_descriptors_of_the_old_ones(tmp_path, monkeypatch):
+    monkeypatch.setattr(beneath, "_openat2", ())  # walked: the directories on the way are cached
+    store = tmp_path / "ds.file"
+
+    def make(value: bytes) -> None:
+        with open_map(str(store), "w") as writer:
+            for i in range(20):
+                writer.write(f"/v{i}/w/0", value)
+
+    make(b"0")
+    with open_map(str(store), "r") as zmap:
+        assert zmap.read("/v0/w/0") == b"0"
+        descriptors = len(os.listdir("/proc/self/fd"))
+        for round in range(1, 6):
+            shutil.rmtree(store)
+            make(b"%d" % round)
+            assert [zmap.read(f"/v{i}/w/0") for i in range(20)] == [b"%d" % round] * 20
+        # the stores replaced are held until close (their root only), not the directories cached in them:
+        # those of the current store (40) and the 5 old roots, not 40 more for each old store
+        assert len(os.listdir("/proc/self/fd")) <= descriptors + 40 + 5 + 5
+
+
 def test_a_directory_removed_by_another_program_is_walked_again(tmp_path):
     store = tmp_path / "ds.file"
     with open_map(str(store), "w") as writer:

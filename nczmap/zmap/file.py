@@ -178,7 +178,10 @@ class FileMap(ZMap):
                 self._hold_root()
             except NCZError:
                 return "gone"
-            self._retired.append(old)  # other threads may be walking from it: closed at close
+            # other threads may be walking from it: closed at close; its cached directories now (those
+            # in use when their users release them), else each replacement would keep up to 256 open
+            old.forget()
+            self._retired.append(old)
         return "retry"
 
     # ----------------------------------------------------------------- reading

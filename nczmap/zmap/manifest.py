@@ -452,10 +452,16 @@ class ManifestMap(ZMap):
     def _source(self, key: str, reference: Reference) -> _Source:
         real, container, relative = self._resolve(reference.url, key)
         with self._lock:
+            if self._sidecar is not None and real == self._sidecar.url and self._sidecar.fd >= 0:
+                # written in this session, not yet in place: the file being written (which holds the
+                # previous one's bytes too), whose size grows with every append
+                pending = "pending:" + real
+                source = self._sources.get(pending)
+                if source is None:
+                    source = self._sources[pending] = _LocalSource(real[7:], os.dup(self._sidecar.fd), None)
+                source.size = self._sidecar.size
+                return source
             source = self._sources.get(real)
-            pending = self._sidecar is not None and real == self._sidecar.url and self._sidecar.fd >= 0
-            if source is None and pending:  # written in this session, not yet in place: the same file
-                source = self._sources[real] = _LocalSource(real[7:], os.dup(self._sidecar.fd), None)
             if source is None:
                 recorded = self.manifest.sources
                 info = recorded.get(reference.url) or recorded.get(real)

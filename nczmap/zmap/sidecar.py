@@ -29,6 +29,11 @@ class Sidecar:
         self._size = 0
         self._lock = threading.Lock()
 
+    @property
+    def size(self) -> int:
+        """The bytes written so far (those of the previous file included)."""
+        return self._size
+
     def append(self, data: memoryview | bytes) -> int:
         """Add ``data``; returns its offset in the file."""
         with self._lock:
