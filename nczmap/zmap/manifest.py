@@ -49,7 +49,7 @@ from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, is_listable_name, normalize_key
 from nczmap.zmap.osutil import remove_if_present
-from nczmap.zmap.sidecar import Sidecar
+from nczmap.zmap.sidecar import Sidecar, remove_unreferenced
 
 INLINE_LIMIT = 64 << 10  # chunk data up to this size is kept in the manifest itself
 MAX_WHOLE_REFERENCE = 2 << 30  # a whole-object reference ([url]) to a larger object is refused
@@ -359,6 +359,8 @@ class ManifestMap(ZMap):
                 if self._sidecar is not None and (recorded := self._sidecar.commit()) is not None:
                     self.manifest.sources[self._sidecar.url] = recorded
                 self._save()
+                if self._sidecar is not None:  # only now: the saved manifest no longer names them
+                    remove_unreferenced(self.url.path, self.manifest.sources)
         finally:
             self._sources.clear()
             if self._sidecar is not None:

@@ -1,28 +1,34 @@
-"""Chunk data a manifest keeps beside itself: one file, ``<manifest>.chunks``, that its references name.
+"""Chunk data a manifest keeps beside itself: files ``<manifest>.<token>.chunks`` its references name.
 
 A manifest holds small chunks inline; data it cannot refer to elsewhere and that is too large to inline
-(variables a virtualization loads: NC_STRING data, coordinates, re-chunked arrays) is appended to this
-file, and the manifest refers to byte ranges of it like any other source. The file is written as a
-temporary file (holding the previous file's bytes first, so earlier references stay valid) and renamed
-into place just before the manifest itself is saved; the manifest records its size and modification
-time, so a manifest whose chunk file was replaced by another is refused, not misread. Other readers
-(kerchunk, fsspec) read it as an ordinary reference target.
+(variables a virtualization loads: NC_STRING data, coordinates, re-chunked arrays) is appended to a chunk
+file, and the manifest refers to byte ranges of it like any other source (kerchunk and fsspec read it
+as one). Each session that writes such data makes a new file, never changing an existing one: it is
+written as a temporary file, renamed to its own name just before the manifest is saved, and recorded
+in the manifest (size and modification time). Files no manifest entry names any more are removed after
+the manifest is saved. So a writer killed at any moment leaves the previous manifest and every file it
+names intact: at worst a temporary file or an unreferenced chunk file remains, removed by the next
+writer of the manifest.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
+from collections.abc import Container
 
 from nczmap.errors import StorageError, from_os_error
 from nczmap.zmap.osutil import remove_if_present
 
 SUFFIX = ".chunks"
+TEMP = ".nczmap-tmp-"
 
 
 class Sidecar:
     def __init__(self, manifest_path: str) -> None:
-        self.path = os.path.realpath(manifest_path.rstrip("/")) + SUFFIX
+        self.base = os.path.realpath(manifest_path.rstrip("/"))
+        self.path = f"{self.base}.{os.urandom(4).hex()}{SUFFIX}"
         self.url = "file://" + self.path
         self.fd = -1  # the temporary file being written
         self._temp: str | None = None
@@ -31,7 +37,7 @@ class Sidecar:
 
     @property
     def size(self) -> int:
-        """The bytes written so far (those of the previous file included)."""
+        """The bytes written so far."""
         return self._size
 
     def append(self, data: memoryview | bytes) -> int:
@@ -50,22 +56,22 @@ class Sidecar:
             return offset
 
     def _start(self) -> None:
-        self._temp = f"{self.path}.nczmap-tmp-{os.urandom(6).hex()}"
+        self._temp = f"{self.path}{TEMP}{os.urandom(6).hex()}"
         try:
             self.fd = os.open(self._temp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
-            self._size = _copy_existing(self.path, self.fd)
         except OSError as exc:
             self.discard()
             raise from_os_error(exc, f"cannot write the chunk file {self.path!r}") from exc
 
     def commit(self) -> dict | None:
-        """Put the file in place; what the manifest records of it (None when nothing was written)."""
+        """Put the file in place under its own name; what the manifest records of it (None when nothing
+        was written)."""
         if self.fd < 0:
             return None
         try:
             os.fsync(self.fd)
             info = os.fstat(self.fd)
-            os.replace(self._temp, self.path)
+            os.rename(self._temp, self.path)
         except OSError as exc:
             self.discard()
             raise from_os_error(exc, f"cannot write the chunk file {self.path!r}") from exc
@@ -82,19 +88,11 @@ class Sidecar:
             self._temp = None
 
 
-def _copy_existing(path: str, fd: int) -> int:
-    try:
-        source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return 0
-    try:
-        size = os.fstat(source).st_size
-        done = 0
-        while done < size:
-            copied = os.copy_file_range(source, fd, size - done, done, done)
-            if not copied:
-                raise StorageError(f"the chunk file {path!r} shrank while it was copied")
-            done += copied
-        return size
-    finally:
-        os.close(source)
+def remove_unreferenced(manifest_path: str, referenced: Container[str]) -> None:
+    """Remove the chunk files beside ``manifest_path`` whose ``file://`` URL is not in ``referenced`` (the
+    saved manifest's sources), and temporary ones a dead writer left. Run after the manifest is saved."""
+    base = os.path.realpath(manifest_path.rstrip("/"))
+    pattern = glob.escape(base) + ".*" + SUFFIX
+    for path in glob.glob(pattern) + glob.glob(pattern + TEMP + "*"):
+        if TEMP in os.path.basename(path) or "file://" + path not in referenced:
+            remove_if_present(path)
