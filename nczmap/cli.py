@@ -66,7 +66,7 @@ def _virtualize(args: argparse.Namespace) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VirtualizeWarning)  # reported below, one line each
-        options = {"max_chunk_bytes": args.max_chunk_bytes} if args.max_chunk_bytes else {}
+        options = {"max_chunk_bytes": args.max_chunk_bytes} if args.max_chunk_bytes is not None else {}
         result = virtualize(
             args.sources,
             args.destination,

@@ -434,3 +434,15 @@ def test_a_repository_on_s3(s3_server):
     assert theirs["v"].values.tolist() == [5, 6, 7]
     with pytest.raises(DatasetNotFound):
         nczmap.open_map(s3_server.url(mode="icechunk"))
+
+
+def test_manifest_checksums_are_refused_for_a_repository(tmp_path):
+    """A repository checks its sources by ETag or modification time: asking for crc32c is an error, not
+    silently ignored."""
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    from nczmap.integrations.virtualize import virtualize
+
+    with pytest.raises(nczmap.errors.FormatError, match="checksums"):
+        virtualize([str(source)], repo_url(tmp_path / "repo"), checksums=True)

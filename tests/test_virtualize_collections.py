@@ -433,6 +433,18 @@ def test_two_cogs_of_the_same_date_are_an_error_naming_both(cogs):
     assert not refs.exists()
 
 
+@pytest.mark.parametrize(
+    ("new_dim", "message"),
+    [("x/y=%Y%m%d", "illegal new dimension name 'x/y'"), (("x/y", "%Y"), "'x/y'"), ("time=%Q", "%Q"),
+     ("time", "NAME=PATTERN"), ("=%Y", "NAME=PATTERN")],
+)  # fmt: skip
+def test_a_bad_new_dim_is_an_error_before_any_source_is_read(tmp_path, new_dim, message):
+    missing = [tmp_path / "absent_20200101.nc", tmp_path / "absent_20200102.nc"]  # never opened
+    with pytest.raises(FormatError, match=re.escape(message)):
+        virtualize(missing, tmp_path / "refs.json", new_dim=new_dim)
+    assert not (tmp_path / "refs.json").exists()
+
+
 def test_a_cog_of_another_shape_is_an_error_naming_it_or_skipped(cogs):
     odd = cogs[0].parent / "sst_20200107.tif"
     write_cog(odd, 42, width=140)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -486,6 +487,25 @@ def test_tag_count_beyond_file():
     struct.pack_into("<I", data, entry + 4, 1 << 30)
     with pytest.raises(FormatError, match=r"evil\.tif"):
         tiff.parse(_Bytes(bytes(data), "evil.tif"), ParseOptions())
+
+
+def test_overlapping_ifds_are_bounded_in_entries_read():
+    """IFDs may overlap: 6 bytes apart, each claiming 65535 entries and chaining to the next, a 1 MB file
+    would make 65536 IFDs of 65535 entries (hours of parsing) were the entries read in all not bounded."""
+    count, spacing, first = 65535, 6, 10
+    pages = tiff.MAX_IFDS
+    data = bytearray(first + spacing * (pages + 2 * count) + 16)
+    data[:8] = b"II*\x00" + struct.pack("<I", first)
+    for k in range(pages + 2 * count):
+        at = first + spacing * k
+        struct.pack_into("<H", data, at, count)  # IFD k's entry count
+        reader = k - 2 * count  # the IFD whose next-IFD pointer lies here (just past its entries)
+        following = first + spacing * (reader + 1) if 0 <= reader < pages - 1 else 0
+        struct.pack_into("<I", data, at + 2, following)
+    started = time.monotonic()
+    with pytest.raises(FormatError, match="entries in all"):
+        tiff.parse(_Bytes(bytes(data), "evil.tif"), ParseOptions())
+    assert time.monotonic() - started < 30
 
 
 def test_many_tiles_of_a_huge_image_refused_before_reading():

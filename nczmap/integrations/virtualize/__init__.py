@@ -34,7 +34,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nczmap.errors import FormatError, NCZError
-from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, plan
+from nczmap.format import Group
+from nczmap.format.writer import check_name
+from nczmap.integrations.virtualize.combine import (
+    DEFAULT_MAX_CHUNK_BYTES,
+    CombineOptions,
+    pattern_regex,
+    plan,
+)
 from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
 from nczmap.integrations.virtualize.sources import LocalFile, SourceFile, grants, source_files
@@ -105,6 +112,8 @@ def virtualize(
     """
     if isinstance(load, str):
         load = [name for name in load.split(",") if name]
+    if max_chunk_bytes < 1:
+        raise FormatError(f"max_chunk_bytes must be a positive number of bytes, not {max_chunk_bytes}")
     options = CombineOptions(
         concat=concat,
         new_dim=_new_dim(new_dim),
@@ -122,7 +131,7 @@ def virtualize(
                 "new_dim=/--new-dim)"
             )
         url = manifest_url(destination, files)
-        parsed = _parse_all(files, ParseOptions(max_chunk_bytes=max_chunk_bytes), executor, reading)
+        parsed = _parse_all(files, ParseOptions(), executor, reading)
         joined = plan(parsed, options)
         granted = grants(allow, files)
         result = VirtualizeResult(
@@ -184,11 +193,18 @@ def open_source_file(path: str):
 
 
 def _new_dim(value: str | tuple[str, str] | None) -> tuple[str, str] | None:
-    if value is None or isinstance(value, tuple):
-        return value
-    name, equals, pattern = value.partition("=")
-    if not equals or not name or not pattern:
-        raise FormatError(f"new_dim {value!r} must be NAME=PATTERN, such as time=%Y%m%d")
+    """``(name, pattern)``, checked before any source is read: a name the format allows (no ``/``), a
+    pattern of supported directives."""
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        name, pattern = value
+    else:
+        name, equals, pattern = value.partition("=")
+        if not equals or not name or not pattern:
+            raise FormatError(f"new_dim {value!r} must be NAME=PATTERN, such as time=%Y%m%d")
+    check_name(name, "new dimension", Group("/", None))
+    pattern_regex(pattern)
     return name, pattern
 
 

@@ -33,10 +33,16 @@ import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.codecs import CodecChain
-from nczmap.format.types import BY_NAME, ParsedDtype
-from nczmap.format.variable import ArrayLayout
+from nczmap.format.types import BY_NAME
 from nczmap.format.writer import TARGET_CHUNK_BYTES
-from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage
+from nczmap.integrations.virtualize.parsed import (
+    ParsedFile,
+    Refusal,
+    SourceVariable,
+    Storage,
+    native_dtype,
+    source_layout,
+)
 
 DEFAULT_MAX_CHUNK_BYTES = TARGET_CHUNK_BYTES  # contiguous data is referenced in pieces no larger than this
 DEFAULT_MAX_LOAD_BYTES = 2 << 30  # a variable larger than this is refused rather than loaded into memory
@@ -453,7 +459,7 @@ _DIRECTIVES = {
 
 def times_from_names(names: Sequence[str], pattern: str) -> list[datetime.datetime]:
     """Each file name's date by a ``strftime`` pattern (``%Y%m%d``) found anywhere in its base name."""
-    regex = re.compile(_pattern_regex(pattern))
+    regex = re.compile(pattern_regex(pattern))
     found = []
     for name in names:
         base = os.path.basename(name.rstrip("/"))
@@ -469,7 +475,7 @@ def times_from_names(names: Sequence[str], pattern: str) -> list[datetime.dateti
     return found
 
 
-def _pattern_regex(pattern: str) -> str:
+def pattern_regex(pattern: str) -> str:
     parts, at = [], 0
     while at < len(pattern):
         if pattern[at] == "%" and at + 1 < len(pattern):
@@ -561,9 +567,6 @@ def _prepend_storage(storage: Storage) -> None:
             corners.append(0)
             corners.extend(old[number * ndim : (number + 1) * ndim])
         storage.corners = corners
-        inner = storage.chunk_bytes
-        if inner is not None:
-            storage.chunk_bytes = lambda corner, inner=inner: inner(tuple(corner)[1:])
     values = storage.values
     if values is not None:
         storage.values = lambda values=values: np.asarray(values())[np.newaxis]
@@ -581,13 +584,7 @@ def _time_coordinate(
     values = np.array([(t - start) // step for t in times], dtype="<i8")
     storage = Storage("the file names", "values", values.shape, values=lambda: values)
     dimension = root.dimensions[name]
-    layout = ArrayLayout(
-        values.shape,
-        values.shape,
-        ParsedDtype(BY_NAME["int64"], np.dtype("<i8"), True),
-        None,
-        CodecChain([], None, 8),
-    )
+    layout = source_layout(values.shape, values.shape, native_dtype(BY_NAME["int64"], values.dtype))
     variable = SourceVariable(root, name, [dimension], layout, storage)
     stamp = start.strftime("%Y-%m-%d %H:%M:%S")
     for key, value in (

@@ -20,9 +20,7 @@ import numpy as np
 
 from nczmap.errors import FormatError
 from nczmap.format import Attribute, Dimension, Group
-from nczmap.format.codecs import CodecChain
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
-from nczmap.format.variable import ArrayLayout
 from nczmap.integrations.copy import HDF5_SIGNATURE
 from nczmap.integrations.virtualize.parsed import (
     NotVirtualizable,
@@ -31,6 +29,8 @@ from nczmap.integrations.virtualize.parsed import (
     Refusal,
     SourceVariable,
     Storage,
+    native_dtype,
+    source_layout,
 )
 from nczmap.integrations.virtualize.sources import SourceFile
 
@@ -221,14 +221,13 @@ class _TreeReader:
         compressor = codecs[-1] if codecs and codecs[-1]["id"] in compressors else None
         filters = codecs[:-1] if compressor else list(codecs)
         chunks = storage.chunks if storage.kind == "chunked" else tuple(max(1, n) for n in shape)
-        layout = ArrayLayout(
+        layout = source_layout(
             shape,
             chunks,
             _parsed_dtype(nctype, storage_dtype),
             _fill(dataset, nctype),
-            CodecChain(filters, compressor, storage_dtype.itemsize),
-            ".",
-            "C",
+            filters,
+            compressor,
             scalar=not dims,
         )
         variable = SourceVariable(group, name, dims, layout, storage)
@@ -413,7 +412,7 @@ def _fill(dataset, nctype) -> object:
 def _parsed_dtype(nctype, storage_dtype: np.dtype) -> ParsedDtype:
     if nctype is STRING:
         return ParsedDtype(STRING, storage_dtype, False, storage_dtype.itemsize)
-    return ParsedDtype(nctype, storage_dtype, storage_dtype.byteorder in "<>")
+    return native_dtype(nctype, storage_dtype)
 
 
 def _strings(dataset, file: SourceFile) -> Storage:

@@ -26,10 +26,16 @@ import numpy as np
 
 from nczmap.errors import FormatError, NCZError
 from nczmap.format import Attribute, Dimension, Group
-from nczmap.format.codecs import CodecChain
-from nczmap.format.types import BY_CODE, CHAR, NCType, ParsedDtype
+from nczmap.format.types import BY_CODE, CHAR, NCType
 from nczmap.format.variable import ArrayLayout
-from nczmap.integrations.virtualize.parsed import ParsedFile, ParseOptions, SourceVariable, Storage
+from nczmap.integrations.virtualize.parsed import (
+    ParsedFile,
+    ParseOptions,
+    SourceVariable,
+    Storage,
+    native_dtype,
+    source_layout,
+)
 
 VERSIONS = {1: "CDF-1", 2: "CDF-2", 5: "CDF-5"}
 TAG_DIMENSION, TAG_VARIABLE, TAG_ATTRIBUTE = 10, 11, 12
@@ -379,16 +385,7 @@ def _array_layout(var: _Var, dims: list[Dimension]) -> ArrayLayout:
     shape = var.shape(dims)
     record = bool(dims) and dims[0].unlimited
     chunks = (1, *(max(1, n) for n in shape[1:])) if record else tuple(max(1, n) for n in shape)
-    return ArrayLayout(
-        shape,
-        chunks,
-        ParsedDtype(var.nctype, var.dtype, var.dtype.byteorder in "<>"),
-        _fill(var),
-        CodecChain([], None, var.dtype.itemsize),
-        ".",
-        "C",
-        scalar=not dims,
-    )
+    return source_layout(shape, chunks, native_dtype(var.nctype, var.dtype), _fill(var), scalar=not dims)
 
 
 def _fill(var: _Var) -> object:

@@ -89,6 +89,11 @@ def write(
     """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``. ``checksums``:
     record the crc32c of every referenced range (each read once here), checked when it is read."""
     if url.driver == "icechunk":
+        if checksums:
+            raise FormatError(
+                "checksums apply to manifests; an Icechunk repository checks each source by its ETag or "
+                "modification time"
+            )
         write_icechunk(plan, url, grants, netcdf_version, progress, files, result)
         return
     zmap = open_map(url, "w", containers=grants)
@@ -96,20 +101,17 @@ def write(
         urls = _authorize_sources(plan, zmap.containers, "manifest")
         if not url.on_s3:
             zmap.keep_large_chunks_beside()
-        target = open_on(zmap, "w", format_options(url, netcdf_version))
     except BaseException:
         zmap.abort()
         raise
-    with target:
-        variables = _keep_writable(plan, target, result)
-        _copy_group(plan.root, target)
+    with _open_target(zmap, url, netcdf_version) as target:
+        variables = _write_model(plan, target, result)
         total = sum(_entry_count(v) for v in variables if not v.load)
         done = 0
         for variable in variables:
             dest = _counterpart(target, variable)
             if variable.load:
-                _write_loaded(variable, dest)
-                result.loaded.append(variable.key)
+                _write_loaded(variable, dest, result)
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
                 references = []
@@ -156,11 +158,28 @@ def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
     return urls
 
 
-def _write_loaded(variable: SourceVariable, dest) -> None:
+def _open_target(zmap, url: ParsedURL, netcdf_version: str | None) -> Dataset:
+    """The format layer's new dataset on ``zmap``; the map abandoned if it cannot be made."""
+    try:
+        return open_on(zmap, "w", format_options(url, netcdf_version))
+    except BaseException:
+        zmap.abort()
+        raise
+
+
+def _write_model(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
+    """The model written to ``target``, less what is refused; the variables kept."""
+    variables = _keep_writable(plan, target, result)
+    _copy_group(plan.root, target)
+    return variables
+
+
+def _write_loaded(variable: SourceVariable, dest, result) -> None:
     values = loaded_values(variable)
     if variable.layout.dtype.nctype.name == "char" and values.dtype.kind == "U":
         values = np.char.encode(values, "utf-8")
     dest[...] = values
+    result.loaded.append(variable.key)
 
 
 def _keep_writable(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
@@ -210,17 +229,17 @@ def _entry_count(variable: SourceVariable) -> int:
 
 
 def _entries(
-    variable: SourceVariable, storage: Storage, shift: int, count_only: bool = False
-) -> Iterator[tuple[tuple[int, ...], Entry | None]]:
+    variable: SourceVariable, storage: Storage, shift: int
+) -> Iterator[tuple[tuple[int, ...], Entry]]:
     """``(chunk index, entry)`` for every chunk of ``storage`` holding data. Indices are shifted by
     ``shift`` chunks along the joined axis."""
     if storage.kind == "chunked":
-        yield from _chunked_entries(variable, storage, shift, count_only)
+        yield from _chunked_entries(variable, storage, shift)
     elif storage.offset is not None and 0 not in storage.shape:  # None: never written, all fill
-        yield from _contiguous_entries(variable, storage, shift, count_only)
+        yield from _contiguous_entries(variable, storage, shift)
 
 
-def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int, count_only: bool):
+def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int):
     chunks, axis = variable.layout.chunks, variable.axis
     ndim = len(storage.chunks)
     shape = storage.shape
@@ -231,27 +250,21 @@ def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int, cou
         index = [c // k for c, k in zip(corner, chunks, strict=True)]
         if axis is not None:
             index[axis] += shift
-        if count_only:
-            yield tuple(index), None
-            continue
         size = storage.sizes[number]
         if size < SMALL_CHUNK:
-            if storage.chunk_bytes is not None:
-                yield tuple(index), storage.chunk_bytes(corner)
-            else:
-                yield tuple(index), storage.read(storage.offsets[number], size)
+            yield tuple(index), storage.read(storage.offsets[number], size)
         else:
             yield tuple(index), (storage.offsets[number], size)
 
 
-def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int, count_only: bool):
+def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int):
     """Chunks ``(1, ..., 1, k, full...)`` of contiguous C-order bytes: each a byte range, but a last,
     partial one along the split axis, read and padded with the fill value to a whole chunk."""
     layout, axis = variable.layout, variable.axis
     shape = storage.shape
     itemsize = layout.dtype.storage.itemsize
     if not shape:
-        yield from _scalar_entry(storage, itemsize, count_only)
+        yield from _scalar_entry(storage, itemsize)
         return
     split, rows_per_chunk = variable.split, layout.chunks[variable.split]
     counts = [*shape[:split], math.ceil(shape[split] / rows_per_chunk)]
@@ -262,9 +275,6 @@ def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int, 
         index = [*where, *(0 for _ in shape[split + 1 :])]
         if axis is not None:
             index[axis] += shift
-        if count_only:
-            yield tuple(index), None
-            continue
         lead = int(np.ravel_multi_index(where[:split], shape[:split])) if split else 0
         first_row = where[split] * rows_per_chunk
         start = storage.offset + (lead * shape[split] + first_row) * tail
@@ -278,10 +288,8 @@ def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int, 
             yield tuple(index), (start, length)
 
 
-def _scalar_entry(storage: Storage, itemsize: int, count_only: bool):
-    if count_only:
-        yield (), None
-    elif itemsize < SMALL_CHUNK:
+def _scalar_entry(storage: Storage, itemsize: int):
+    if itemsize < SMALL_CHUNK:
         yield (), storage.read(storage.offset, itemsize)
     else:
         yield (), (storage.offset, itemsize)
@@ -314,23 +322,16 @@ def write_icechunk(
 
     containers = as_containers(grants)
     urls = _authorize_sources(plan, containers, "repository")
-    zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
-    try:
-        target = open_on(zmap, "w", format_options(url, netcdf_version))
-    except BaseException:
-        zmap.abort()
-        raise
     checksums = {file.url: checksum(file.recorded()) for file in files}
-    with target:
-        variables = _keep_writable(plan, target, result)
-        _copy_group(plan.root, target)
+    zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
+    with _open_target(zmap, url, netcdf_version) as target:
+        variables = _write_model(plan, target, result)
         _keep_source_codecs(target, variables)
         target.flush()  # Icechunk takes a chunk only once its array exists
         for variable in variables:
             dest = _counterpart(target, variable)
             if variable.load:
-                _write_loaded(variable, dest)
-                result.loaded.append(variable.key)
+                _write_loaded(variable, dest, result)
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
                 source = urls[storage.source]

@@ -31,8 +31,12 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nczmap.errors import FormatError
 from nczmap.format import Group, Variable
+from nczmap.format.codecs import CodecChain
+from nczmap.format.types import NCType, ParsedDtype
 from nczmap.format.variable import ArrayLayout
 
 
@@ -59,9 +63,9 @@ class Refusal:
 
 @dataclass
 class ParseOptions:
-    """What the user asked for that a parser must know while reading."""
-
-    max_chunk_bytes: int = 8 << 20  # contiguous data is referenced in pieces no larger than this
+    """What the user asked for that a parser must know while reading: nothing yet (how contiguous data is
+    split into references is the combiner's :class:`~.combine.CombineOptions`), kept so that a parser
+    option is one field here, not a change to every parser's signature."""
 
 
 @dataclass
@@ -81,7 +85,6 @@ class Storage:
     sizes: array = field(default_factory=lambda: array("q"))
     read: Callable[[int, int], bytes] | None = None  # the source's bytes (small chunks are inlined)
     values: Callable[[], object] | None = None  # the whole array as a numpy array (loading)
-    chunk_bytes: Callable[[tuple[int, ...]], bytes] | None = None  # a chunk's stored bytes by corner
 
     def add_chunk(self, corner: tuple[int, ...], offset: int, size: int) -> None:
         self.corners.extend(corner)
@@ -124,3 +127,24 @@ class ParsedFile:
 
 def element_count(shape: tuple[int, ...]) -> int:
     return math.prod(shape) if shape else 1
+
+
+def native_dtype(nctype: NCType, dtype: np.dtype) -> ParsedDtype:
+    """``nctype`` stored as ``dtype`` (its byte order explicit unless it has none)."""
+    return ParsedDtype(nctype, dtype, dtype.byteorder in "<>")
+
+
+def source_layout(
+    shape: tuple[int, ...],
+    chunks: tuple[int, ...],
+    dtype: ParsedDtype,
+    fill: object = None,
+    filters: list[dict] | None = None,
+    compressor: dict | None = None,
+    *,
+    scalar: bool = False,
+) -> ArrayLayout:
+    """The layout of a variable read from a source file: C order, ``.`` separated keys, ``filters`` then
+    ``compressor`` (numcodecs configs) over elements of ``dtype``."""
+    codecs = CodecChain(list(filters or ()), compressor, dtype.storage.itemsize)
+    return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, ".", "C", scalar=scalar)

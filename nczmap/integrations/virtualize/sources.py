@@ -37,12 +37,14 @@ def source_files(sources: Sequence[str | os.PathLike[str]]) -> list[SourceFile]:
     if not names:
         raise FormatError("no source files to virtualize")
     files: list[SourceFile] = []
+    seen: set[str] = set()
     try:
         for name in names:
             file = source_file(name)
             files.append(file)
-            if any(other.url == file.url for other in files[:-1]):
+            if file.url in seen:  # a set: a glob may name thousands of files
                 raise FormatError(f"{file.shown!r} is given twice")
+            seen.add(file.url)
     except BaseException:
         for file in files:
             file.close()

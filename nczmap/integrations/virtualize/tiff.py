@@ -50,8 +50,7 @@ import numpy as np
 
 from nczmap.errors import FormatError
 from nczmap.format import Attribute, Dimension, Group
-from nczmap.format.codecs import CodecChain
-from nczmap.format.types import BY_NAME, CHAR, DOUBLE, INT, STRING, NCType, ParsedDtype, type_of_numpy
+from nczmap.format.types import BY_NAME, CHAR, DOUBLE, INT, STRING, NCType, type_of_numpy
 from nczmap.format.variable import ArrayLayout
 from nczmap.integrations.virtualize.parsed import (
     NotVirtualizable,
@@ -60,10 +59,14 @@ from nczmap.integrations.virtualize.parsed import (
     Refusal,
     SourceVariable,
     Storage,
+    native_dtype,
+    source_layout,
 )
 
 MAGICS = (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+")
 MAX_IFDS = 65536  # pages a file may chain (each costs at least one read)
+# IFD entries read in all: IFDs may overlap, so a small file could otherwise make 65536 of 65535 entries
+MAX_IFD_ENTRIES = 1 << 21
 MAX_CHUNK_BYTES = 1 << 31  # a decoded tile or strip larger than this is absurd
 MAX_TEXT_TAG = 16 << 20  # XML / ASCII tags read as text
 
@@ -208,6 +211,7 @@ class _Tiff:
             (first,) = struct.unpack(self.order + "I", head[4:8])
         self.first = first
         self.offset_size = 8 if self.big else 4
+        self.entries_read = 0  # IFD entries parsed so far (MAX_IFD_ENTRIES)
 
     def read(self, offset: int, length: int, what: str) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -244,6 +248,9 @@ class _Tiff:
             raise FormatError(
                 f"{self.name}: {what} at offset {offset} claims {count} entries, more than the file holds"
             )
+        self.entries_read += count
+        if self.entries_read > MAX_IFD_ENTRIES:
+            raise FormatError(f"{self.name}: its IFDs hold more than {MAX_IFD_ENTRIES} entries in all")
         raw = self.read(offset + count_size, count * entry_size + self.offset_size, what)
         width = self.offset_size
         kind = np.dtype(
@@ -767,15 +774,7 @@ def _data_variable(group: Group, name: str, dims, image: _Image, plane: int | No
     codecs = [*filters, *([compressor] if compressor else [])]
     storage = Storage(tiff.name, "chunked", shape, chunks, codecs, read=tiff.source_read)
     _add_chunks(storage, image, plane, len(shape))
-    layout = ArrayLayout(
-        shape,
-        chunks,
-        ParsedDtype(image.nctype, image.dtype, image.dtype.byteorder in "<>"),
-        None,
-        CodecChain(filters, compressor, image.dtype.itemsize),
-        ".",
-        "C",
-    )
+    layout = source_layout(shape, chunks, native_dtype(image.nctype, image.dtype), None, filters, compressor)
     variable = SourceVariable(group, name, dims, layout, storage)
     group.variables[name] = variable
     return variable
@@ -873,16 +872,8 @@ def _valid_name(name: str) -> bool:
 
 def _values_layout(values: np.ndarray, nctype: NCType) -> ArrayLayout:
     shape = values.shape
-    dtype = values.dtype
-    return ArrayLayout(
-        shape,
-        tuple(max(1, n) for n in shape),
-        ParsedDtype(nctype, dtype, dtype.byteorder in "<>"),
-        None,
-        CodecChain([], None, dtype.itemsize),
-        ".",
-        "C",
-        scalar=not shape,
+    return source_layout(
+        shape, tuple(max(1, n) for n in shape), native_dtype(nctype, values.dtype), scalar=not shape
     )
 
 
