@@ -642,3 +642,51 @@ def test_a_record_short_of_its_grid_is_a_format_error_naming_it(tmp_path):
     pq.write_table(short, records / "refs.0.parq")
     with nczmap.open_map(url, "r") as zmap, pytest.raises(FormatError, match=r"refs\.0\.parq has 1 rows"):
         zmap.read("/v/0")
+
+
+def test_the_page_cache_counts_inline_bytes():
+    """A record's ``raw`` column is not bounded by its row count: the cache counts its bytes too."""
+    from nczmap.manifest.model import INLINE, ROW_BYTES, Page, PageCache
+
+    rows = 10
+    nothing = np.zeros(rows, dtype=np.int64)
+    inline = {row: bytes(100 * ROW_BYTES) for row in range(rows)}  # 100 rows' worth each
+    page = Page(0, np.full(rows, INLINE, dtype=np.int32), nothing, nothing, [], inline)
+    cache = PageCache(limit=1500)
+    cache.put((0, 0), page)
+    cache.put((0, 1), page)  # 2 * (10 + 1000) rows > 1500: the older one goes
+    assert cache.get((0, 0)) is None and cache.get((0, 1)) is page
+    cache.drop((0, 1))
+    assert len(cache) == 0 and cache._rows == 0
+
+
+def test_concurrent_changes_folded_into_one_page_are_all_kept(monkeypatch):
+    """Two threads folding the same page must not each start from the old page (the later one would put
+    back a page without the other's changes)."""
+    import threading
+    import time
+
+    from nczmap.manifest import model
+    from nczmap.manifest.model import ArrayReferences, Page, Reference
+
+    monkeypatch.setattr(model, "FOLD", 1)  # every change folds at once
+    changed = Page.changed
+
+    def slow_changed(self, changes):
+        time.sleep(0.001)  # widen the window between reading the page and holding the new one
+        return changed(self, changes)
+
+    monkeypatch.setattr(Page, "changed", slow_changed)
+    table = ArrayReferences((64,))
+    threads_count, per_thread = 8, 8
+
+    def write(first: int) -> None:
+        for flat in range(first, first + per_thread):
+            table.set(flat, Reference("/data/a.bin", flat, 1))
+
+    threads = [threading.Thread(target=write, args=(n * per_thread,)) for n in range(threads_count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [table.get(flat) for flat in range(64)] == [Reference("/data/a.bin", f, 1) for f in range(64)]

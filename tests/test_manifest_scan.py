@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nczmap.errors import FormatError
 from nczmap.manifest import kerchunk_json, kerchunk_scan
@@ -118,6 +120,7 @@ def compact(document: dict) -> bytes:
         {"version": 1, "refs": {**refs_1d(), "": ["/data/a.bin", 0, 1]}},
         {"version": 2, "refs": refs_1d()},
         {"version": 1, "refs": refs_1d("{{missing}}/a.bin")},
+        {"version": 1, "refs": {**refs_1d(), "j": "\\" * 3 + '"' + "\\", 'k"\\': ['\\"u', 0, 1]}},
     ],
 )
 def test_the_fast_path_gives_what_the_ordinary_parse_gives(document, monkeypatch):
@@ -177,3 +180,80 @@ def test_invalid_utf8_in_a_url_is_refused(monkeypatch):
     data = compact({"version": 1, "refs": refs_1d()}).replace(b"/data/a.bin", b"/data/\xff.bin", 1)
     fast, slow = both(data, monkeypatch)
     assert isinstance(slow, FormatError) and isinstance(fast, FormatError)
+
+
+def test_long_members_are_no_candidates(monkeypatch):
+    """A window is as wide as the longest span gathered: a single long key, URL or ``,offset,length`` tail
+    (a list of a million numbers, say) would make every candidate's window that wide. They are left to the
+    ordinary parse instead."""
+    monkeypatch.setattr(kerchunk_scan, "MIN_SIZE", 0)
+    refs = {
+        **refs_1d(),
+        "a/5": ["/data/" + "l" * kerchunk_scan.MAX_TEXT + ".bin", 0, 1],
+        "z" * (kerchunk_scan.MAX_TEXT + 1): ["/data/a.bin", 0, 1],
+        "long": ["/data/a.bin", *range(1000)],
+    }
+    data = compact({"version": 1, "refs": refs})
+    scanned = kerchunk_scan.scan(data, json.loads)
+    assert scanned is not None and len(scanned.candidates) == 9  # a/0..a/9 but a/5
+    assert_same(data, monkeypatch)
+
+
+_ALPHABET = '"\\:,[]{} 0123456789a/.-+eu\t\n\x00\xff'
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    refs=st.dictionaries(
+        st.sampled_from([f"a/{i}" for i in range(12)] + ["a/x", "/a/1", "b/0", "a\\/1", ""]),
+        st.one_of(
+            st.tuples(st.sampled_from(["/d/a", "/d/b", "{{u}}", 'q"'])).map(list),
+            st.tuples(
+                st.sampled_from(["/d/a", "/d/b", "{{u}}", "ü"]),
+                st.integers(-1, 2**64),
+                st.integers(0, 99),
+            ).map(list),
+            st.text(max_size=5),
+        ),
+        max_size=12,
+    ),
+    separators=st.sampled_from([(",", ":"), (", ", ": "), (",", ": "), (", ", ":")]),
+    edits=st.lists(
+        st.tuples(st.integers(0, 10**6), st.integers(0, 3), st.sampled_from(_ALPHABET)), max_size=3
+    ),
+)
+def test_the_fast_path_agrees_with_the_ordinary_parse_on_generated_manifests(
+    refs, separators, edits, monkeypatch
+):
+    """Generated manifests, some of them then corrupted at a few places (a character inserted, replaced or
+    removed): the fast path gives what the ordinary parse gives, errors included. Independent of how
+    either path works: the oracle is the ordinary path (itself checked against json.loads below)."""
+    document = {"version": 1, "templates": {"u": "/d/t"}, "refs": {**refs_1d(), **refs}}
+    text = json.dumps(document, separators=separators, ensure_ascii=False)
+    for at, how, char in edits:
+        at %= len(text) + 1
+        if how == 0:
+            text = text[:at] + char + text[at:]
+        elif how == 1:
+            text = text[:at] + char + text[at + 1 :]
+        elif how == 2:
+            text = text[:at] + text[at + 1 :]
+    data = text.encode("utf-8", "surrogatepass")
+    fast, slow = both(data, monkeypatch)
+    try:
+        json.loads(data)
+    except ValueError:
+        valid = False
+    else:
+        valid = True
+    if valid:
+        assert not isinstance(fast, FormatError) or isinstance(slow, FormatError)
+    assert type(fast) is type(slow), (data, fast, slow)
+    if not isinstance(slow, FormatError):
+        assert fast.sorted_keys() == slow.sorted_keys()
+        for key in [*slow.sorted_keys(), "a/11", "a/x"]:
+            assert outcome(fast, key) == outcome(slow, key), (data, key)

@@ -123,36 +123,54 @@ class FloatPred(Codec):
         return _to_out(values.astype(dtype), out)
 
 
-class Lzw(Codec):
+class _ByteCodec(Codec):
+    """A compression of bytes: ``_encode(data)`` and ``_decode(data, limit)`` on the bytes of the buffer."""
+
+    @staticmethod
+    def _encode(data: bytes) -> bytes:
+        raise NotImplementedError
+
+    @staticmethod
+    def _decode(data: bytes, limit: int | None = None) -> bytes:
+        raise NotImplementedError
+
+    def encode(self, buf):
+        return self._encode(bytes(memoryview(buf).cast("B")))
+
+    def decode(self, buf, out=None):
+        return _to_out(self._decode(bytes(memoryview(buf).cast("B"))), out)
+
+    def decode_limited(self, buf, limit: int) -> bytes:
+        """Decode, failing (FormatError) as soon as the output passes ``limit`` bytes."""
+        return self._decode(bytes(memoryview(buf).cast("B")), limit)
+
+
+class Lzw(_ByteCodec):
     """TIFF LZW (MSB-first codes, 9 to 12 bits, early change), and libtiff's old-style LSB-first LZW."""
 
     codec_id = "imagecodecs_lzw"
 
-    def encode(self, buf):
-        return lzw_encode(bytes(memoryview(buf).cast("B")))
+    @staticmethod
+    def _encode(data: bytes) -> bytes:
+        return lzw_encode(data)
 
-    def decode(self, buf, out=None):
-        return _to_out(lzw_decode(bytes(memoryview(buf).cast("B"))), out)
-
-    def decode_limited(self, buf, limit: int) -> bytes:
-        """Decode, failing (FormatError) as soon as the output passes ``limit`` bytes."""
-        return lzw_decode(bytes(memoryview(buf).cast("B")), limit)
+    @staticmethod
+    def _decode(data: bytes, limit: int | None = None) -> bytes:
+        return lzw_decode(data, limit)
 
 
-class PackBits(Codec):
+class PackBits(_ByteCodec):
     """TIFF PackBits run-length coding of bytes."""
 
     codec_id = "imagecodecs_packbits"
 
-    def encode(self, buf):
-        return packbits_encode(bytes(memoryview(buf).cast("B")))
+    @staticmethod
+    def _encode(data: bytes) -> bytes:
+        return packbits_encode(data)
 
-    def decode(self, buf, out=None):
-        return _to_out(packbits_decode(bytes(memoryview(buf).cast("B"))), out)
-
-    def decode_limited(self, buf, limit: int) -> bytes:
-        """Decode, failing (FormatError) as soon as the output passes ``limit`` bytes."""
-        return packbits_decode(bytes(memoryview(buf).cast("B")), limit)
+    @staticmethod
+    def _decode(data: bytes, limit: int | None = None) -> bytes:
+        return packbits_decode(data, limit)
 
 
 class Pad(Codec):

@@ -8,7 +8,7 @@ million) before being moved into columns. Here numpy finds them in the raw bytes
    paired in order they give every string of the document;
 2. a **candidate** is a string (the key) followed by ``:[`` (``: [``), a string (the URL) and ``,offset,
    length]`` (a space allowed after each comma), both decimal JSON integers of at most 18 digits; key and
-   URL printable ASCII without a backslash;
+   URL printable ASCII without a backslash, of at most MAX_TEXT characters;
 3. the document is then checked and parsed by ``json``, with every candidate replaced by ``"":[]`` (the
    key's quotes, the colon, the brackets: a string and a value where a string and a value were, so the
    text left is valid JSON exactly when the original is). The document must hold no ``""`` key of its own,
@@ -29,11 +29,24 @@ import re
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
-from nczmap.manifest.model import MAX_CHUNKS, ArrayReferences, Page, _parsed_indices, expand
+from nczmap.manifest.model import (
+    MAX_CHUNKS,
+    ArrayReferences,
+    Page,
+    _checked_url,
+    _flat,
+    _parsed_indices,
+    expand,
+)
 
 MIN_SIZE = 1 << 20  # smaller manifests are parsed whole: nothing to gain
 BLOCK = 1 << 22  # elements of the 2-D windows gathered at once (a few tens of MB with their indices)
 MAX_DIGITS = 18
+# Longest key or URL text, and longest ``,offset,length`` tail, a candidate may have: the windows gathered
+# below are as wide as the longest span, so one long span among a million would cost a million times its
+# length. Longer members are no candidates: they stay in the text parsed the ordinary way.
+MAX_TEXT = 512
+MAX_TAIL = 2 * (MAX_DIGITS + 2)  # ", " digits ", " digits
 QUOTE, BACKSLASH, COLON, COMMA, SPACE, OPEN, CLOSE = (ord(c) for c in '"\\:, []')
 _EMPTY_KEY = re.compile(rb'""[ \t\n\r]*:')
 
@@ -66,7 +79,7 @@ def scan(data: bytes, parse) -> Scanned | None:
     if len(data) < MIN_SIZE or _EMPTY_KEY.search(data):
         return None
     raw = np.frombuffer(data, dtype=np.uint8)
-    strings = _strings(raw)
+    strings = _strings(raw, data)
     if strings is None:
         return None
     found = _candidates(raw, *strings)
@@ -79,15 +92,15 @@ def scan(data: bytes, parse) -> Scanned | None:
     return Scanned(document, found)
 
 
-def _strings(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def _strings(raw: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
     """Where every string opens and closes (its quotes), or None if the quotes do not pair."""
     quotes = np.flatnonzero(raw == QUOTE)
     if len(quotes) and quotes[0] == 0:
         return None  # no JSON object starts with a string
-    escaped = quotes[raw[quotes - 1] == BACKSLASH]
-    if len(escaped) > 100_000:
+    if np.count_nonzero(raw[quotes - 1] == BACKSLASH) > 100_000:
         return None
-    drop = [at for at in escaped.tolist() if _backslashes_before(raw, at) % 2]
+    # each run of backslashes before a quote, matched from its start (in C: linear however long the run)
+    drop = [m.end() - 1 for m in _BACKSLASHED_QUOTE.finditer(data) if (m.end() - m.start() - 1) % 2]
     if drop:
         quotes = quotes[~np.isin(quotes, np.array(drop, dtype=np.int64))]
     if len(quotes) % 2:
@@ -95,11 +108,7 @@ def _strings(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     return quotes[0::2], quotes[1::2]
 
 
-def _backslashes_before(raw: np.ndarray, at: int) -> int:
-    count = 0
-    while at - count - 1 >= 0 and raw[at - count - 1] == BACKSLASH:
-        count += 1
-    return count
+_BACKSLASHED_QUOTE = re.compile(rb'(?<!\\)\\+"')
 
 
 def _candidates(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> _Candidates | None:
@@ -124,7 +133,8 @@ def _candidates(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> _Cand
     following = np.append(opens, size)[chosen + 2]  # the next string: the bracket must come first
     odd = np.flatnonzero(_ODD[raw])
     good = _no_odd(odd, keys, key_ends) & _no_odd(odd, urls, url_ends) & (key_ends > keys) & (urls < url_ends)
-    good &= (ends < following) & (ends - url_ends >= 5)
+    good &= (ends < following) & (ends - url_ends >= 5) & (ends - url_ends <= MAX_TAIL + 1)
+    good &= (key_ends - keys <= MAX_TEXT) & (url_ends - urls <= MAX_TEXT)
     del odd, brackets, where, following
     chosen = np.flatnonzero(good)
     if not len(chosen):
@@ -170,7 +180,7 @@ def _numbers(raw: np.ndarray, url_ends: np.ndarray, ends: np.ndarray):
     fields = bounds.reshape(-1, 3)
     for first, stop in ((fields[:, 0] + 1, fields[:, 1]), (fields[:, 1] + 1, fields[:, 2])):
         digits = stop - first
-        if digits.min() < 1 or digits.max() > 18 or ((chars[first] == 48) & (digits > 1)).any():
+        if digits.min() < 1 or digits.max() > MAX_DIGITS or ((chars[first] == 48) & (digits > 1)).any():
             return None
     if fields[0, 0] != 0:
         return None
@@ -266,8 +276,6 @@ def _table(found: _Candidates, chosen: np.ndarray, array: str, grid: tuple[int, 
     values = _parsed_indices(text, len(chosen), max(len(grid), 1), ".")
     if values is None:
         return None
-    from nczmap.manifest.model import _flat
-
     flats = _flat(values, grid)
     if (flats < 0).any():
         return None
@@ -302,8 +310,6 @@ def _gathered(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
 def _url_numbers(found: _Candidates, chosen: np.ndarray, templates: dict, array: str):
     """Per candidate the number of its URL in the list returned (runs of equal URLs found in numpy, each
     run's URL decoded once), or (None, None) if a URL does not expand to a usable one."""
-    from nczmap.manifest.model import _checked_url
-
     starts, ends = found.urls[chosen], found.url_ends[chosen]
     same = _same_as_previous(found.data, starts, ends)
     runs = np.flatnonzero(~same)

@@ -202,36 +202,50 @@ class PageSource(Protocol):
         ...
 
 
+ROW_BYTES = 20  # what a row of a page's columns costs (int32 URL number, int64 offset and length)
+
+
+def _cost(page: Page) -> int:
+    """What ``page`` costs the cache, in rows: its columns, and its inline bytes (a Parquet record's
+    ``raw`` column: unbounded by the row count) counted as the rows they would fill."""
+    return page.size + sum(map(len, page.inline.values())) // ROW_BYTES
+
+
 class PageCache:
-    """The pages a manifest loaded, least recently used dropped past ``limit`` rows (at least one kept);
-    shared by the threads reading it."""
+    """The pages a manifest loaded, least recently used dropped past ``limit`` rows (inline bytes
+    counted, see :func:`_cost`; at least one page kept); shared by the threads reading it."""
 
     def __init__(self, limit: int = CACHE_ROWS) -> None:
         self.limit = limit
-        self._pages: OrderedDict[tuple[int, int], Page] = OrderedDict()
+        self._pages: OrderedDict[tuple[int, int], tuple[Page, int]] = OrderedDict()  # page, its cost
         self._rows = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple[int, int]) -> Page | None:
         with self._lock:
-            page = self._pages.get(key)
-            if page is not None:
-                self._pages.move_to_end(key)
-            return page
+            held = self._pages.get(key)
+            if held is None:
+                return None
+            self._pages.move_to_end(key)
+            return held[0]
 
     def put(self, key: tuple[int, int], page: Page) -> None:
+        cost = _cost(page)
         with self._lock:
-            old = self._pages.pop(key, None)
-            self._rows += page.size - (old.size if old is not None else 0)
-            self._pages[key] = page
+            self._drop_locked(key)
+            self._rows += cost
+            self._pages[key] = (page, cost)
             while self._rows > self.limit and len(self._pages) > 1:
-                self._rows -= self._pages.popitem(last=False)[1].size
+                self._rows -= self._pages.popitem(last=False)[1][1]
 
     def drop(self, key: tuple[int, int]) -> None:
         with self._lock:
-            old = self._pages.pop(key, None)
-            if old is not None:
-                self._rows -= old.size
+            self._drop_locked(key)
+
+    def _drop_locked(self, key: tuple[int, int]) -> None:
+        old = self._pages.pop(key, None)
+        if old is not None:
+            self._rows -= old[1]
 
     def __len__(self) -> int:
         return len(self._pages)
@@ -415,11 +429,19 @@ class ArrayReferences:
             self._fold(number)
 
     def _fold(self, number: int) -> None:
-        """Fold the changes to page ``number`` into its columns (the page is then held in memory)."""
-        page = self.page(number) or Page.empty(self._start(number))
+        """Fold the changes to page ``number`` into its columns (the page is then held in memory).
+
+        Under the lock, so that two threads folding the same page cannot each start from the old page
+        (the later one putting back the page without the other's changes); the new page is held before
+        the changes are let go, so a reader (who takes no lock) sees them in one or the other."""
+        loaded = self.page(number)  # may read a record file: outside the lock
         with self._lock:
-            changes = self._changes.pop(number, {})
-        self._held[number] = page.changed(changes)
+            changes = self._changes.get(number)
+            if not changes:
+                return  # folded by another thread meanwhile
+            page = self._held.get(number) or loaded or Page.empty(self._start(number))
+            self._held[number] = page.changed(changes)
+            del self._changes[number]
         self._cache.drop((self._token, number))
 
     def materialised(self) -> ArrayReferences:
