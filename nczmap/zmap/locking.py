@@ -27,6 +27,7 @@ from nczmap.zmap.keys import TEMP_PREFIX
 TIMEOUT_VARIABLE = "NCZMAP_LOCK_TIMEOUT"
 DEFAULT_TIMEOUT = 5.0
 _POLL = 0.05
+_RECORD_WAIT = 0.5  # how long a refused writer waits for a new holder to record who it is
 _NAME_MAX = 200  # bytes of a dataset name kept in reserved names (255 at most in all)
 # Staged siblings of a dataset named N, made only by the holder of N's lock: a copy being built
 # ("copy"), the previous dataset moved aside by a copy ("old"), a zip archive being committed ("commit").
@@ -175,12 +176,19 @@ def _contents(fd: int) -> str:
 def _record(fd: int) -> None:
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     with contextlib.suppress(OSError):  # only the error message of a refused writer needs this
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {os.uname().nodename} {stamp}\n".encode(), 0)
+        record = f"{os.getpid()} {os.uname().nodename} {stamp}\n".encode()
+        os.pwrite(fd, record, 0)  # then trimmed: a reader never finds the file empty in between
+        os.ftruncate(fd, len(record))
 
 
 def _holder(fd: int) -> str:
+    """Who holds the lock, from what it recorded. A holder that has just taken the lock may not have
+    recorded itself yet: its record is waited for a moment before the refusal names nobody."""
+    deadline = time.monotonic() + _RECORD_WAIT
     fields = _contents(fd).split()
+    while (len(fields) < 3 or not fields[0].isdigit()) and time.monotonic() < deadline:
+        time.sleep(_POLL / 4)
+        fields = _contents(fd).split()
     if len(fields) < 3 or not fields[0].isdigit():
         return "another writer"
     pid, host, since = fields[:3]
