@@ -25,26 +25,26 @@ with ``checksums=True`` also the crc32c of every referenced range, checked as it
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import tempfile
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from nczmap.errors import FormatError, NCZError
 from nczmap.format import Group
 from nczmap.format.writer import check_name
+from nczmap.integrations.virtualize import parallel
 from nczmap.integrations.virtualize.combine import (
     DEFAULT_MAX_CHUNK_BYTES,
     CombineOptions,
     pattern_regex,
     plan,
+    times_from_names,
 )
 from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
-from nczmap.integrations.virtualize.sources import LocalFile, SourceFile, grants, source_files
+from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
 
 # Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
@@ -103,9 +103,11 @@ def virtualize(
     ``max_chunk_bytes`` bounds the references made of contiguous data. ``allow`` lists the container
     prefixes references may point into (default: each source's directory or bucket prefix);
     ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
-    called as chunks are described, ``reading(done, total)`` as sources are parsed; ``executor`` (a
-    ``concurrent.futures`` executor of this process) parses remote sources, by default on up to eight
-    threads (local ones are parsed one after another: there is no waiting to overlap). ``checksums`` reads
+    called as chunks are described, ``reading(done, total)`` as sources are parsed. ``executor`` parses
+    the sources after the first: a ``concurrent.futures`` thread pool of this process, or a
+    ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is opened again where its task
+    runs, and its parse sent back); by default remote sources are parsed on up to eight threads, local
+    ones one after another (there is no waiting to overlap). ``checksums`` reads
     every referenced range once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a
     read of a source rewritten in place, even with its size and modification time restored, is a
     StorageError naming the chunk.
@@ -130,8 +132,11 @@ def virtualize(
                 f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
                 "new_dim=/--new-dim)"
             )
+        if options.new_dim is not None:  # in the order of the result: its first file is parsed in full
+            times = times_from_names([file.name for file in files], options.new_dim[1])
+            files = [file for _, file in sorted(zip(times, files, strict=True), key=lambda pair: pair[0])]
         url = manifest_url(destination, files)
-        parsed = _parse_all(files, ParseOptions(), executor, reading)
+        parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
         joined = plan(parsed, options)
         granted = grants(allow, files)
         result = VirtualizeResult(
@@ -210,65 +215,7 @@ def _new_dim(value: str | tuple[str, str] | None) -> tuple[str, str] | None:
 
 def parser_for(file: SourceFile):
     """The parser module whose format ``file`` is in; FormatError naming the file if none."""
-    for module_name in PARSERS.values():
-        module = importlib.import_module(module_name)
-        if module.sniff(file.read_head, file.size):
-            return module
-    raise FormatError(f"{file.shown!r} is not a file nczmap can virtualize (netCDF-4/HDF5, netCDF-3 or TIFF)")
-
-
-def _parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
-    module = parser_for(file)
-    try:
-        return module.parse(file, options)
-    except OSError as exc:  # h5py's error for a failed read of a file object: ours is more useful
-        if isinstance(exc, NCZError) or file.error is None:
-            raise
-        raise file.error from None
-
-
-def _parse_all(
-    files: list[SourceFile], options: ParseOptions, executor, reading: Progress | None
-) -> list[ParsedFile]:
-    """Every file parsed, in order; concurrently when there are several remote ones."""
-    if len(files) == 1 or (executor is None and all(isinstance(f, LocalFile) for f in files)):
-        return _collect(files, (_Done(_parse, f, options) for f in files), reading)  # local: one by one
-    if executor is None:
-        with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-            return _collect(files, [pool.submit(_parse, f, options) for f in files], reading)
-    return _collect(files, [executor.submit(_parse, f, options) for f in files], reading)
-
-
-class _Done:
-    """A parse run when its result is asked for, as ``future.result()`` (local files need no threads:
-    there is no waiting to overlap, and h5py serialises its calls anyway)."""
-
-    def __init__(self, function, *args) -> None:
-        self.function, self.args = function, args
-
-    def result(self) -> ParsedFile:
-        return self.function(*self.args)
-
-
-def _collect(files: list[SourceFile], futures, reading: Progress | None) -> list[ParsedFile]:
-    """Each future's ParsedFile, in order; on the first failure the others are closed and it is raised
-    (local files: the rest are not parsed)."""
-    parsed: list[ParsedFile] = []
-    error: BaseException | None = None
-    for done, future in enumerate(futures, 1):
-        try:
-            parsed.append(future.result())
-        except BaseException as exc:  # keep the others' results to close them
-            error = error or exc
-            if isinstance(future, _Done):
-                break
-        if reading is not None:
-            reading(done, len(files))
-    if error is not None:
-        for item in parsed:
-            item.close()
-        raise error
-    return parsed
+    return parallel.parser_for(file, PARSERS)
 
 
 __all__ = [

@@ -36,6 +36,7 @@ from nczmap.format.codecs import CodecChain
 from nczmap.format.types import BY_NAME
 from nczmap.format.writer import TARGET_CHUNK_BYTES
 from nczmap.integrations.virtualize.parsed import (
+    Constant,
     ParsedFile,
     Refusal,
     SourceVariable,
@@ -88,7 +89,8 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
         kept = [first]
         for other in parsed[1:]:
             try:
-                _check_same_structure(first, other, dimension)
+                if other.like is not first:  # a twin of the first has its model, by construction
+                    _check_same_structure(first, other, dimension)
             except FormatError as exc:
                 if not options.skip_mismatched:
                     raise
@@ -135,7 +137,7 @@ def _join(
 ) -> None:
     lengths = [dimension.size]
     for other in parsed[1:]:
-        lengths.append(other.root.find_dimension(dimension.path).size)
+        lengths.append(lengths[0] if other.root is None else other.root.find_dimension(dimension.path).size)
         known = _refused_variables(result.refused)
         result.refused.extend(r for r in other.refused if r.attribute is None and r.variable not in known)
     dimension.size = sum(lengths)
@@ -151,6 +153,10 @@ def _join(
             continue
         variable.axis = axes[0]
         for other in parsed[1:]:
+            if other.root is None:  # a twin: the first file's model, its own storages
+                variable.storages.append(other.storages[variable.key])
+                variable.twins.append(variable)
+                continue
             theirs = _find_variable(other.root, variable.key)
             if theirs is not None:
                 variable.storages.append(theirs.storages[0])
@@ -502,12 +508,26 @@ def _stack(parsed: list[ParsedFile], name: str, pattern: str):
     if duplicates:
         same = [p.source for p, t in zip(parsed, times, strict=True) if t == duplicates[0]]
         raise FormatError(f"files {same} have the same date {duplicates[0].isoformat()} ({pattern!r})")
+    if parsed[0].root is None:
+        raise FormatError(f"{parsed[0].source} is a twin of a file, not the first of the sources")
     for file in parsed:
-        if name in file.root.dimensions or name in file.root.variables:
+        if file.root is not None and (name in file.root.dimensions or name in file.root.variables):
             raise FormatError(f"{file.source} already has a {name!r}: join along it with --concat")
-        _add_leading_dimension(file, name)
+    grown: list[str] = []  # the first file's variables given the dimension: its twins' too
+    for file in parsed:
+        if file.root is None:
+            for key in grown:
+                _prepend_storage(file.storages[key])
+        elif file is parsed[0]:
+            grown = _add_leading_dimension(file, name)
+        else:
+            _add_leading_dimension(file, name)
     for file, when in zip(parsed, times, strict=True):  # every file its own step: joined like any other
-        _time_coordinate(file.root, name, [when], times)
+        storage = _time_storage([when], times)
+        if file.root is None:
+            file.storages["/" + name] = storage
+        else:
+            _time_coordinate(file.root, name, storage, times)
     return parsed, times
 
 
@@ -523,17 +543,22 @@ def _gaps(times: list[datetime.datetime]) -> list[str]:
     ]
 
 
-def _add_leading_dimension(file: ParsedFile, name: str) -> None:
+def _add_leading_dimension(file: ParsedFile, name: str) -> list[str]:
+    """The dimension added to ``file``'s model and to its variables (but coordinates and grid
+    mappings); the paths of the variables given it."""
     root = file.root
     dimension = Dimension(name, 1, False, root)
     root.dimensions = {name: dimension, **root.dimensions}
     skip = _grid_mappings(root)
+    grown = []
     for group in root.walk():
         for variable in group.variables.values():
             is_coordinate = len(variable.dims) == 1 and variable.dims[0].name == variable.name
             if is_coordinate or variable.key in skip or variable.name in skip:
                 continue
             _prepend(variable, dimension)
+            grown.append(variable.key)
+    return grown
 
 
 def _grid_mappings(root: Group) -> set[str]:
@@ -561,30 +586,36 @@ def _prepend_storage(storage: Storage) -> None:
     storage.shape = (1, *storage.shape)
     if storage.kind == "chunked":
         storage.chunks = (1, *storage.chunks)
-        old = storage.corners
-        corners = type(old)(old.typecode)
-        for number in range(len(storage.offsets)):
-            corners.append(0)
-            corners.extend(old[number * ndim : (number + 1) * ndim])
-        storage.corners = corners
+        old = np.frombuffer(storage.corners, dtype=np.int64).reshape(-1, ndim) if ndim else None
+        grown = np.zeros((len(storage.offsets), ndim + 1), dtype=np.int64)
+        if old is not None:
+            grown[:, 1:] = old
+        storage.corners = type(storage.corners)(storage.corners.typecode, grown.tobytes())
     values = storage.values
     if values is not None:
         storage.values = lambda values=values: np.asarray(values())[np.newaxis]
 
 
-def _time_coordinate(
-    root: Group, name: str, times: list[datetime.datetime], every: list[datetime.datetime]
-) -> None:
-    """``name(name)`` holding ``times`` as CF time: whole days since the first of ``every`` date if every
-    one is midnight, else seconds."""
-    start = every[0]
-    whole_days = all(t.hour == t.minute == t.second == t.microsecond == 0 for t in every)
-    unit = "days" if whole_days else "seconds"
-    step = datetime.timedelta(days=1) if whole_days else datetime.timedelta(seconds=1)
-    values = np.array([(t - start) // step for t in times], dtype="<i8")
-    storage = Storage("the file names", "values", values.shape, values=lambda: values)
+def _time_unit(every: list[datetime.datetime]) -> tuple[str, datetime.timedelta]:
+    """Whole days if every date is midnight, else seconds."""
+    if all(t.hour == t.minute == t.second == t.microsecond == 0 for t in every):
+        return "days", datetime.timedelta(days=1)
+    return "seconds", datetime.timedelta(seconds=1)
+
+
+def _time_storage(times: list[datetime.datetime], every: list[datetime.datetime]) -> Storage:
+    """``times`` as CF time: whole days or seconds (:func:`_time_unit`) since the first of ``every``."""
+    step = _time_unit(every)[1]
+    values = np.array([(t - every[0]) // step for t in times], dtype="<i8")
+    return Storage("the file names", "values", values.shape, values=Constant(values))
+
+
+def _time_coordinate(root: Group, name: str, storage: Storage, every: list[datetime.datetime]) -> None:
+    """The variable ``name(name)`` of ``storage``'s times (:func:`_time_storage` of ``every`` date)."""
+    unit, start = _time_unit(every)[0], every[0]
     dimension = root.dimensions[name]
-    layout = source_layout(values.shape, values.shape, native_dtype(BY_NAME["int64"], values.dtype))
+    shape = storage.shape
+    layout = source_layout(shape, shape, native_dtype(BY_NAME["int64"], np.dtype("<i8")))
     variable = SourceVariable(root, name, [dimension], layout, storage)
     stamp = start.strftime("%Y-%m-%d %H:%M:%S")
     for key, value in (

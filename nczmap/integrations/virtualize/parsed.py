@@ -7,6 +7,14 @@ Every source format (netCDF-4/HDF5, netCDF-3, TIFF) is one parser module with tw
 - ``parse(file, options) -> ParsedFile``: the model. ``file`` is a :class:`~.sources.SourceFile` (``name``,
   ``url``, ``size``, ``read(offset, length)``); ``options`` a :class:`ParseOptions`.
 
+and, optionally, a fast path for collections whose files share one layout (a COG series):
+
+- ``parse_twin(file, fingerprint, options) -> ParsedFile | None``: ``fingerprint`` is what ``parse`` left
+  in :attr:`ParsedFile.fingerprint` for the first file. When ``file``'s model would be exactly the first
+  file's but for where its chunks are, the result is a *twin*: ``root`` None, its storages in
+  ``storages`` by variable path, its model the first file's (``like``, set by the caller). Otherwise None,
+  and the file is parsed in full: the fast path never accepts what the full parse would refuse.
+
 The model is the format layer's (:class:`~nczmap.format.Group`, :class:`~nczmap.format.Dimension`, typed
 attributes) with :class:`SourceVariable` variables, each holding one :class:`Storage` per source file.
 A storage is one of three kinds:
@@ -114,15 +122,37 @@ class ParsedFile:
     """One source's netCDF model (variables are :class:`SourceVariable`) and what was left out."""
 
     source: str
-    root: Group
+    root: Group | None  # None for a twin: its model is ``like``'s
     refused: list[Refusal] = field(default_factory=list)
     format: str = ""  # the parser's name: "netcdf4", "netcdf3", "tiff"
     closers: list[Callable[[], None]] = field(default_factory=list)  # what ``close`` releases
+    fingerprint: object = None  # what ``parse_twin`` compares other files with (picklable); None: no twins
+    like: ParsedFile | None = None  # a twin's first file, whose model it shares
+    storages: dict[str, Storage] = field(default_factory=dict)  # a twin's: variable path -> its storage
+
+    @property
+    def model(self) -> Group:
+        """The root of this file's model (a twin's is its first file's)."""
+        if self.root is not None:
+            return self.root
+        assert self.like is not None and self.like.root is not None, "a twin bound to no parsed file"
+        return self.like.root
 
     def close(self) -> None:
         """Release what the parser keeps open for reading values and small chunks later."""
         while self.closers:
             self.closers.pop()()
+
+
+class Constant:
+    """``values`` of data known when parsing (coordinates computed from metadata): picklable, unlike a
+    lambda, so a parse can run in another process."""
+
+    def __init__(self, values: object) -> None:
+        self.values = values
+
+    def __call__(self) -> object:
+        return self.values
 
 
 def element_count(shape: tuple[int, ...]) -> int:

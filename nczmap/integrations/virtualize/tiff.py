@@ -40,6 +40,7 @@ The model (names as rioxarray's, so ``xarray.open_dataset`` gives what ``rioxarr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import struct
@@ -53,6 +54,7 @@ from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import BY_NAME, CHAR, DOUBLE, INT, STRING, NCType, type_of_numpy
 from nczmap.format.variable import ArrayLayout
 from nczmap.integrations.virtualize.parsed import (
+    Constant,
     NotVirtualizable,
     ParsedFile,
     ParseOptions,
@@ -69,6 +71,7 @@ MAX_IFDS = 65536  # pages a file may chain (each costs at least one read)
 MAX_IFD_ENTRIES = 1 << 21
 MAX_CHUNK_BYTES = 1 << 31  # a decoded tile or strip larger than this is absurd
 MAX_TEXT_TAG = 16 << 20  # XML / ASCII tags read as text
+HEAD_BYTES = 64 << 10  # read at once: a COG's IFDs and tag values lie at its start
 
 # TIFF field types: numpy kind, bytes per value
 FIELD_TYPES = {
@@ -96,6 +99,7 @@ IMAGE_WIDTH, IMAGE_LENGTH, BITS_PER_SAMPLE, COMPRESSION, PHOTOMETRIC = 256, 257,
 FILL_ORDER, STRIP_OFFSETS, SAMPLES_PER_PIXEL, ROWS_PER_STRIP, STRIP_BYTE_COUNTS = 266, 273, 277, 278, 279
 PLANAR_CONFIGURATION, PREDICTOR = 284, 317
 TILE_WIDTH, TILE_LENGTH, TILE_OFFSETS, TILE_BYTE_COUNTS = 322, 323, 324, 325
+CHUNK_TABLES = frozenset({STRIP_OFFSETS, STRIP_BYTE_COUNTS, TILE_OFFSETS, TILE_BYTE_COUNTS})
 SAMPLE_FORMAT = 339
 MODEL_PIXEL_SCALE, MODEL_TIEPOINT, MODEL_TRANSFORMATION = 33550, 33922, 34264
 GEO_KEY_DIRECTORY, GEO_DOUBLE_PARAMS, GEO_ASCII_PARAMS = 34735, 34736, 34737
@@ -178,7 +182,71 @@ def parse(file, options: ParseOptions) -> ParsedFile:
         else:
             overviews += 1
             _add_overview(root, tiff, ifd, overviews, image, bands, geo, parsed.refused)
+    parsed.fingerprint = _fingerprint(tiff, pages, parsed)
     return parsed
+
+
+# ------------------------------------------------------------------------------- collections: twins
+@dataclass
+class _Fingerprint:
+    """What makes a TIFF's model: every IFD's tags with their values, but the chunk tables' (a twin's
+    offsets and byte counts are its own). Picklable, to be sent to other processes."""
+
+    signature: tuple
+    slots: list[tuple[str, _Image, int | None]]  # data variable, its image (tables aside), plane
+    storages: dict[str, Storage]  # the other variables' storages (values), read from no file
+    refused: list[Refusal]
+
+
+def _signature(tiff: _Tiff, pages: list[_Ifd]) -> tuple:
+    """Every IFD's entries, each with its value's bytes (but the chunk tables', of which only the type
+    and count): two files of equal signatures have the same model but for their chunks."""
+    parts: list[object] = [tiff.order, tiff.big]
+    for ifd in pages:
+        for tag, (ftype, count, field_bytes) in ifd.entries.items():
+            width = FIELD_TYPES.get(ftype, ("", 0))[1]
+            nbytes = count * width
+            if tag in CHUNK_TABLES or width == 0:
+                parts.append((tag, ftype, count, b"" if tag in CHUNK_TABLES else field_bytes))
+            elif nbytes <= tiff.offset_size:
+                parts.append((tag, ftype, count, field_bytes[:nbytes]))
+            else:
+                (where,) = struct.unpack(tiff.order + ("Q" if tiff.big else "I"), field_bytes)
+                parts.append((tag, ftype, count, tiff.read(where, nbytes, f"tag {tag}")))
+        parts.append(None)  # the end of an IFD
+    return tuple(parts)
+
+
+def _fingerprint(tiff: _Tiff, pages: list[_Ifd], parsed: ParsedFile) -> _Fingerprint:
+    slotted = {key for key, *_ in tiff.slots}
+    storages = {}
+    for group in parsed.root.walk():
+        for variable in group.variables.values():
+            if variable.key not in slotted:
+                storages[variable.key] = dataclasses.replace(variable.storages[0], read=None)
+    refused = list(parsed.refused)
+    return _Fingerprint(_signature(tiff, pages), list(tiff.slots), storages, refused)
+
+
+def parse_twin(file, fingerprint: _Fingerprint, options: ParseOptions) -> ParsedFile | None:
+    """``file`` as a twin of the file ``fingerprint`` was taken from, if its tags are that file's but for
+    its chunk tables; None (parse it in full) otherwise, or if anything in it is wrong."""
+    try:
+        tiff = _Tiff(file)
+        pages = tiff.ifds()
+        if _signature(tiff, pages) != fingerprint.signature:
+            return None
+        storages = {
+            key: dataclasses.replace(storage, source=tiff.name)
+            for key, storage in fingerprint.storages.items()
+        }
+        for key, like, plane in fingerprint.slots:
+            image = _tables(tiff, pages[like.page], dataclasses.replace(like))
+            storages[key] = _data_storage(tiff, image, plane)
+    except FormatError:
+        return None
+    refused = [dataclasses.replace(r, source=tiff.name) for r in fingerprint.refused]
+    return ParsedFile(tiff.name, None, refused, "tiff", storages=storages)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -187,6 +255,7 @@ class _Ifd:
     offset: int
     entries: dict[int, tuple[int, int, bytes]]  # tag -> (field type, count, the value field's bytes)
     subfile: int = 0
+    page: int = 0  # its place in the chain, from 0
 
 
 class _Tiff:
@@ -196,7 +265,12 @@ class _Tiff:
         self.name = str(file.name)
         self.size = int(file.size)
         self.source_read = file.read
-        head = self.read(0, 16 if self.size >= 16 else 8, "the header")
+        self.slots: list[tuple[str, _Image, int | None]] = []  # the data variables made
+        self.head = b""
+        self.head = self.read(0, min(self.size, HEAD_BYTES), "the header")
+        head = self.head[:16]
+        if len(head) < 8:
+            raise FormatError(f"{self.name}: not a TIFF file ({self.size} bytes)")
         if head[:4] not in MAGICS:
             raise FormatError(f"{self.name}: not a TIFF file (magic {head[:4]!r})")
         self.order = "<" if head[:2] == b"II" else ">"
@@ -219,6 +293,8 @@ class _Tiff:
                 f"{self.name}: {what} ({length} bytes at offset {offset}) lies past the end of the "
                 f"file ({self.size} bytes)"
             )
+        if offset + length <= len(self.head):
+            return self.head[offset : offset + length]
         data = bytes(self.source_read(offset, length)) if length else b""
         if len(data) != length:
             raise FormatError(f"{self.name}: {what}: read {len(data)} of {length} bytes at {offset}")
@@ -265,7 +341,7 @@ class _Tiff:
         for tag, ftype, n, field_bytes in np.frombuffer(raw, dtype=kind, count=count).tolist():
             entries[int(tag)] = (int(ftype), int(n), bytes(field_bytes))
         (following,) = struct.unpack(self.order + ("Q" if self.big else "I"), raw[count * entry_size :])
-        ifd = _Ifd(offset, entries)
+        ifd = _Ifd(offset, entries, page=number - 1)
         ifd.subfile = self.integer(ifd, NEW_SUBFILE_TYPE, 0)
         if SUBFILE_TYPE in entries and self.integer(ifd, SUBFILE_TYPE, 1) == 2:
             ifd.subfile |= 1
@@ -335,11 +411,13 @@ class _Image:
     nctype: NCType
     chunk_height: int
     chunk_width: int
-    offsets: np.ndarray  # int64, one per tile / strip (plane-major for planar images)
-    counts: np.ndarray
+    offsets: np.ndarray | None  # int64, one per tile / strip (plane-major for planar images)
+    counts: np.ndarray | None
     compressor: dict | None
     predictor: int
     stripped: bool
+    page: int = 0  # its IFD's place in the chain
+    label: str = "tile"  # or "strip"
 
     @property
     def across(self) -> int:
@@ -377,13 +455,13 @@ def _image(tiff: _Tiff, ifd: _Ifd) -> _Image:
         if rows <= 0:
             raise FormatError(f"{name}: RowsPerStrip is {rows}")
         chunk_height, chunk_width = min(rows, height), width
-        offset_tag, count_tag, label = STRIP_OFFSETS, STRIP_BYTE_COUNTS, "strip"
+        label = "strip"
     else:
         chunk_width = tiff.integer(ifd, TILE_WIDTH, None, "TileWidth")
         chunk_height = tiff.integer(ifd, TILE_LENGTH, None, "TileLength")
         if chunk_width <= 0 or chunk_height <= 0:
             raise FormatError(f"{name}: tiles of {chunk_width} x {chunk_height} pixels")
-        offset_tag, count_tag, label = TILE_OFFSETS, TILE_BYTE_COUNTS, "tile"
+        label = "tile"
     image = _Image(
         width,
         height,
@@ -398,13 +476,21 @@ def _image(tiff: _Tiff, ifd: _Ifd) -> _Image:
         compressor,
         predictor,
         stripped,
+        ifd.page,
+        label,
     )
     if image.chunk_bytes > MAX_CHUNK_BYTES:
         raise FormatError(f"{name}: a {label} of {image.chunk_bytes} bytes (absurd dimensions)")
-    expected = image.across * image.down * (samples if planar else 1)
-    image.offsets = _chunk_table(tiff, ifd, offset_tag, expected, f"{label} offsets")
-    image.counts = _chunk_table(tiff, ifd, count_tag, expected, f"{label} byte counts")
-    _check_chunks(tiff, image, label)
+    return _tables(tiff, ifd, image)
+
+
+def _tables(tiff: _Tiff, ifd: _Ifd, image: _Image) -> _Image:
+    """``image`` with its tile or strip offsets and byte counts, read from ``ifd`` and checked."""
+    tags = (STRIP_OFFSETS, STRIP_BYTE_COUNTS) if image.stripped else (TILE_OFFSETS, TILE_BYTE_COUNTS)
+    expected = image.across * image.down * (image.samples if image.planar else 1)
+    image.offsets = _chunk_table(tiff, ifd, tags[0], expected, f"{image.label} offsets")
+    image.counts = _chunk_table(tiff, ifd, tags[1], expected, f"{image.label} byte counts")
+    _check_chunks(tiff, image, image.label)
     return image
 
 
@@ -760,24 +846,30 @@ def _xy(group: Group, source: str, x: Dimension, y: Dimension, transform, geo: _
 
 
 def _data_variable(group: Group, name: str, dims, image: _Image, plane: int | None, tiff: _Tiff):
-    if plane is None:
-        shape = tuple(d.size for d in dims)
-        if image.samples == 1:
-            chunks = (image.chunk_height, image.chunk_width)
-        elif image.planar:
-            chunks = (1, image.chunk_height, image.chunk_width)
-        else:
-            chunks = (image.chunk_height, image.chunk_width, image.samples)
+    storage = _data_storage(tiff, image, plane)
+    filters, compressor = _codecs(image, storage.chunks)
+    dtype = native_dtype(image.nctype, image.dtype)
+    layout = source_layout(storage.shape, storage.chunks, dtype, None, filters, compressor)
+    variable = SourceVariable(group, name, dims, layout, storage)
+    group.variables[name] = variable
+    tiff.slots.append((variable.key, dataclasses.replace(image, offsets=None, counts=None), plane))
+    return variable
+
+
+def _data_storage(tiff: _Tiff, image: _Image, plane: int | None) -> Storage:
+    """The tiles or strips of ``image`` (of one ``plane``, or all bands) as a variable's storage."""
+    h, w, ch, cw = image.height, image.width, image.chunk_height, image.chunk_width
+    if plane is not None or image.samples == 1:
+        shape, chunks = (h, w), (ch, cw)
+    elif image.planar:
+        shape, chunks = (image.samples, h, w), (1, ch, cw)
     else:
-        shape, chunks = (image.height, image.width), (image.chunk_height, image.chunk_width)
+        shape, chunks = (h, w, image.samples), (ch, cw, image.samples)
     filters, compressor = _codecs(image, chunks)
     codecs = [*filters, *([compressor] if compressor else [])]
     storage = Storage(tiff.name, "chunked", shape, chunks, codecs, read=tiff.source_read)
     _add_chunks(storage, image, plane, len(shape))
-    layout = source_layout(shape, chunks, native_dtype(image.nctype, image.dtype), None, filters, compressor)
-    variable = SourceVariable(group, name, dims, layout, storage)
-    group.variables[name] = variable
-    return variable
+    return storage
 
 
 def _codecs(image: _Image, chunks: tuple[int, ...]) -> tuple[list[dict], dict | None]:
@@ -881,7 +973,7 @@ def _coordinate(
     group: Group, name: str, dim: Dimension, values: np.ndarray, source: str, attrs: dict
 ) -> None:
     nctype = type_of_numpy(values.dtype)
-    storage = Storage(source, "values", values.shape, values=lambda: values)
+    storage = Storage(source, "values", values.shape, values=Constant(values))
     variable = SourceVariable(group, name, [dim], _values_layout(values, nctype), storage)
     variable.attrs.load({k: _attribute(k, v) for k, v in attrs.items()})
     group.variables[name] = variable
@@ -889,7 +981,7 @@ def _coordinate(
 
 def _scalar_variable(group: Group, name: str, source: str, attrs: dict[str, object]) -> None:
     values = np.array(0, dtype=np.int32)
-    storage = Storage(source, "values", (), values=lambda: values)
+    storage = Storage(source, "values", (), values=Constant(values))
     variable = SourceVariable(group, name, [], _values_layout(values, INT), storage)
     variable.attrs.load({k: _attribute(k, v) for k, v in attrs.items()})
     group.variables[name] = variable
