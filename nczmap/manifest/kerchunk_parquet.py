@@ -53,6 +53,7 @@ from nczmap.manifest.model import (
     Manifest,
     Page,
     Reference,
+    chunk_numbers,
     chunk_position,
     extension_of,
     read_extension,
@@ -445,23 +446,31 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
 
     metadata: dict[str, object] = {}
     loose: dict[str, dict[int, dict[int, Entry]]] = {}  # array -> record -> row -> entry
+    candidates: dict[str, tuple[list[str], list[str], list[Entry]]] = {}  # array -> keys, names, entries
     for key, value in manifest.entries.items():  # per key: a manifest loaded from JSON may have many
         if value is None:
             continue
         entry = value if isinstance(value, bytes | Reference) else resolve(value, key, manifest.templates)
         array, _, name = key.rpartition("/")
-        table = tables.get(array)
-        flat = chunk_position(name, table.grid) if table is not None else None
-        if flat is not None:
-            record, row = divmod(flat, record_size)
-            loose.setdefault(array, {}).setdefault(record, {})[row] = entry
-        elif isinstance(entry, Reference):
-            raise FormatError(
-                f"manifest key {key!r} holds a reference, but is no chunk of an array with a .zarray: "
-                "kerchunk's Parquet references keep other keys inline in .zmetadata"
-            )
+        if array in tables and name[:1].isdigit():  # a chunk's name, most likely: parsed below, together
+            keys, names, entries = candidates.setdefault(array, ([], [], []))
+            keys.append(key)
+            names.append(name)
+            entries.append(entry)
         else:
-            metadata[key] = _metadata_value(entry)
+            metadata[key] = _metadata_value(_not_a_chunk(key, entry))
+    for array, (keys, names, entries) in candidates.items():
+        grid = tables[array].grid
+        if math.prod(grid) < MAX_CHUNKS:
+            flats = chunk_numbers(names, grid).tolist()
+        else:
+            flats = [-1 if (f := chunk_position(n, grid)) is None else f for n in names]
+        for key, flat, entry in zip(keys, flats, entries, strict=True):
+            if flat >= 0:
+                record, row = divmod(flat, record_size)
+                loose.setdefault(array, {}).setdefault(record, {})[row] = entry
+            else:
+                metadata[key] = _metadata_value(_not_a_chunk(key, entry))
 
     written: dict[str, set[int]] = {}
     for array, table in tables.items():
@@ -475,6 +484,17 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
 
 
 Entry = bytes | Reference
+
+
+def _not_a_chunk(key: str, entry: Entry) -> bytes:
+    """The data of a key that is no chunk of an array (it goes to ``.zmetadata``): a reference is
+    refused."""
+    if isinstance(entry, Reference):
+        raise FormatError(
+            f"manifest key {key!r} holds a reference, but is no chunk of an array with a .zarray: "
+            "kerchunk's Parquet references keep other keys inline in .zmetadata"
+        )
+    return entry
 
 
 def _write_records(

@@ -6,7 +6,7 @@ explicit directory (zip directory entries); deleting prunes ancestors left witho
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 
 from nczmap.errors import KeyConflictError
 from nczmap.zmap.keys import ROOT, ancestors, join, parent_and_name
@@ -27,6 +27,17 @@ class KeyIndex:
             kids.add(name)
             self._sorted.pop(parent, None)
             key = parent
+
+    def add_children(self, key: str, names: Iterable[str]) -> None:
+        """Record ``key`` and the objects ``key/name`` for every name (one key segment each)."""
+        self.add(key)
+        self._children.setdefault(key, set()).update(names)
+        self._sorted.pop(key, None)
+
+    def present(self, key: str, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` recorded as children of ``key``."""
+        kids = self._children.get(key, ())
+        return [name for name in names if name in kids]
 
     def add_directory(self, key: str) -> None:
         self._children.setdefault(key, set())

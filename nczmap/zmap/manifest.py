@@ -424,6 +424,42 @@ class ManifestMap(ZMap):
             self._dirty = self._dirty or count > 0
         return count
 
+    def set_chunk_references(
+        self,
+        array: str,
+        names: Sequence[str],
+        urls: str | Sequence[str],
+        offsets: Sequence[int],
+        lengths: Sequence[int],
+    ) -> int:
+        """:meth:`set_references` of chunks of one array: ``array/names[i]`` refers to ``lengths[i]`` bytes
+        at ``offsets[i]`` of ``urls[i]`` (or of ``urls``, one URL for all). The array's key is checked
+        once, not each chunk's (a name is one key segment: no ``/``, not ``.`` or ``..``), and each URL
+        once. Returns how many were set."""
+        if not names:
+            return 0
+        array = self._key(array, writing=True)
+        count = len(names)
+        urls = [urls] * count if isinstance(urls, str) else list(urls)
+        if array == ROOT or any(not n or "/" in n or n in (".", "..") for n in names):
+            raise DataError(f"bad chunk names under {array!r} in {self.location}")
+        offsets, lengths = [int(o) for o in offsets], [int(n) for n in lengths]
+        if not len(urls) == len(offsets) == len(lengths) == count or min(offsets) < 0 or min(lengths) < 0:
+            raise DataError(f"references for {array!r}: bad ranges (negative, or not one per chunk)")
+        with self._lock:
+            real = {url: self._resolve(url, f"{array}/{names[0]}")[0] for url in set(urls)}
+            index = self._key_index()
+            holding = _Holding(self.manifest)
+            index.check_leaf(f"{array}/{names[0]}", holding, self.location)  # the ancestors: once
+            for name in index.present(array, names):
+                index.check_leaf(f"{array}/{name}", holding, self.location)
+            prefix = array[1:] + "/"
+            for name, url, offset, length in zip(names, urls, offsets, lengths, strict=True):
+                self.manifest.set(prefix + name, Reference(real[url], offset, length))
+            index.add_children(array, names)
+            self._dirty = True
+        return count
+
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
         """Copying from another manifest copies the reference, never the bytes it points at (the
         destination must be allowed to reach them); everything else is copied as data."""

@@ -255,6 +255,8 @@ def _reference_problem(
             return storage.problem
     first = storages[0]
     for storage, twin in zip(storages[1:], variable.twins, strict=True):
+        if twin is variable:
+            continue  # a twin file's storage: the first file's layout, by construction
         why = _differences(variable, twin, first, storage)
         if why is not None:
             return why
@@ -522,8 +524,9 @@ def _stack(parsed: list[ParsedFile], name: str, pattern: str):
             grown = _add_leading_dimension(file, name)
         else:
             _add_leading_dimension(file, name)
+    step = _time_unit(times)[1]
     for file, when in zip(parsed, times, strict=True):  # every file its own step: joined like any other
-        storage = _time_storage([when], times)
+        storage = _time_storage(when, times[0], step)
         if file.root is None:
             file.storages["/" + name] = storage
         else:
@@ -603,10 +606,9 @@ def _time_unit(every: list[datetime.datetime]) -> tuple[str, datetime.timedelta]
     return "seconds", datetime.timedelta(seconds=1)
 
 
-def _time_storage(times: list[datetime.datetime], every: list[datetime.datetime]) -> Storage:
-    """``times`` as CF time: whole days or seconds (:func:`_time_unit`) since the first of ``every``."""
-    step = _time_unit(every)[1]
-    values = np.array([(t - every[0]) // step for t in times], dtype="<i8")
+def _time_storage(when: datetime.datetime, start: datetime.datetime, step: datetime.timedelta) -> Storage:
+    """``when`` as CF time: a number of ``step`` since ``start``."""
+    values = np.array([(when - start) // step], dtype="<i8")
     return Storage("the file names", "values", values.shape, values=Constant(values))
 
 

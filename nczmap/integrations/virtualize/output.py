@@ -27,6 +27,7 @@ from nczmap.manifest.containers import Container, as_containers, authorize, norm
 from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import open_map
+from nczmap.zmap.keys import normalize_key
 
 SMALL_CHUNK = 100  # chunks smaller than this are kept in the manifest: a reference would cost more
 Progress = Callable[[int, int], None]
@@ -113,21 +114,19 @@ def write(
             if variable.load:
                 _write_loaded(variable, dest, result)
                 continue
-            for storage, shift in zip(variable.storages, variable.shifts, strict=True):
-                references = []
-                for index, entry in _entries(variable, storage, shift):
-                    key = dest.chunk_key(index)
-                    if isinstance(entry, bytes):
-                        zmap.write(key, entry)
-                        result.inline += 1
-                    else:
-                        references.append((key, *entry))
-                    done += 1
-                    if progress is not None and (done == total or done % max(1, total // 200) == 0):
-                        progress(done, total)
+            pairs = list(zip(variable.storages, variable.shifts, strict=True))
+            if _plain_keys(dest):  # chunked storages: every chunk of the variable set at once
+                chunked = [(storage, shift) for storage, shift in pairs if storage.kind == "chunked"]
+                _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)
+                pairs = [(storage, shift) for storage, shift in pairs if storage.kind != "chunked"]
+            for storage, shift in pairs:
+                references = _entries_written(variable, storage, shift, dest, zmap, result)
                 result.references += zmap.set_references(urls[storage.source], references)
                 if checksums:
                     _record_checksums(zmap.manifest, storage, references)
+            done += _entry_count(variable)
+            if progress is not None:
+                progress(min(done, total), total)
         for file in files:
             file.check_unchanged()  # raising here abandons the manifest unwritten
             zmap.manifest.sources[file.url] = file.recorded()
@@ -136,10 +135,81 @@ def write(
         result.variables = len(variables)
 
 
+def _plain_keys(dest) -> bool:
+    """Whether ``dest``'s chunk keys are its indices joined by its separator (no shards, no ``c/``)."""
+    return dest.layout.shards is None and not dest.layout.key_prefix
+
+
+def _reference_chunked(
+    variable: SourceVariable, storages: list[tuple[Storage, int]], dest, zmap, urls, result, checksums: bool
+) -> None:
+    """The chunks of ``variable``'s chunked ``storages`` (with their shifts along the joined axis) in the
+    manifest, at once: as references, or written into it when smaller than SMALL_CHUNK."""
+    if not storages:
+        return
+    parts = [_chunk_columns(variable, storage, shift) for storage, shift in storages]
+    indices = np.concatenate([part[0] for part in parts])
+    offsets = np.concatenate([part[1] for part in parts])
+    sizes = np.concatenate([part[2] for part in parts])
+    owners = np.repeat(np.arange(len(parts)), [len(part[1]) for part in parts])
+    separator = dest.layout.separator
+    names = [separator.join(map(str, row)) for row in indices.tolist()]
+    if indices.shape[1] == 0:
+        names = ["0"] * len(names)
+    small = sizes < SMALL_CHUNK
+    if small.any():
+        for at in np.flatnonzero(small).tolist():
+            storage = storages[owners[at]][0]
+            zmap.write(f"{dest.key}/{names[at]}", storage.read(int(offsets[at]), int(sizes[at])))
+        result.inline += int(small.sum())
+        names = [name for name, tiny in zip(names, small.tolist(), strict=True) if not tiny]
+        offsets, sizes, owners = offsets[~small], sizes[~small], owners[~small]
+    sources = [urls[storage.source] for storage, _ in storages]
+    owned = owners.tolist()
+    offsets, sizes = offsets.tolist(), sizes.tolist()
+    result.references += zmap.set_chunk_references(
+        dest.key, names, [sources[i] for i in owned], offsets, sizes
+    )
+    if checksums:
+        from nczmap.checksum import crc32c
+
+        for name, owner, offset, size in zip(names, owned, offsets, sizes, strict=True):
+            key = normalize_key(f"{dest.key}/{name}")[1:]
+            zmap.manifest.checksums[key] = crc32c(storages[owner][0].read(offset, size))
+
+
+def _chunk_columns(variable: SourceVariable, storage: Storage, shift: int):
+    """A chunked storage's chunks inside its shape: (chunk indices in the result, offsets, sizes)."""
+    ndim = len(storage.chunks)
+    corners = np.frombuffer(storage.corners, dtype=np.int64).reshape(-1, ndim)
+    offsets = np.frombuffer(storage.offsets, dtype=np.int64)
+    sizes = np.frombuffer(storage.sizes, dtype=np.int64)
+    inside = (corners < np.asarray(storage.shape, dtype=np.int64)).all(axis=1)  # shrunk datasets
+    if not inside.all():
+        corners, offsets, sizes = corners[inside], offsets[inside], sizes[inside]
+    indices = corners // np.asarray(variable.layout.chunks, dtype=np.int64)
+    if variable.axis is not None:
+        indices[:, variable.axis] += shift
+    return indices, offsets, sizes
+
+
+def _entries_written(variable: SourceVariable, storage: Storage, shift: int, dest, zmap, result):
+    """Every chunk of ``storage``: small ones written into the manifest, the others' references
+    ``(key, offset, length)`` returned."""
+    references = []
+    for index, entry in _entries(variable, storage, shift):
+        key = dest.chunk_key(index)
+        if isinstance(entry, bytes):
+            zmap.write(key, entry)
+            result.inline += 1
+        else:
+            references.append((key, *entry))
+    return references
+
+
 def _record_checksums(manifest, storage: Storage, references: list[tuple[str, int, int]]) -> None:
     """The crc32c of each referenced range, under its key in ``manifest.checksums``."""
     from nczmap.checksum import crc32c
-    from nczmap.zmap.keys import normalize_key
 
     for key, offset, length in references:
         manifest.checksums[normalize_key(key)[1:]] = crc32c(storage.read(offset, length))
@@ -150,7 +220,7 @@ def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
     unless each lies in a container the result will grant."""
     urls = {}
     for source in plan.sources:
-        urls[source] = normalize(source, None)
+        urls[source] = normalize(source, None, links=False)  # a real path (or a URL) already
         try:
             authorize(urls[source], None, containers, source)
         except AccessDenied as exc:
@@ -213,19 +283,19 @@ def _keep_writable(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
 
 def _entry_count(variable: SourceVariable) -> int:
     """How many entries :func:`_entries` gives (for the progress bar), without making them."""
-    total = 0
-    for storage in variable.storages:
-        if storage.kind == "chunked":
-            total += len(storage.offsets)
-        elif storage.offset is not None and 0 not in storage.shape:
-            split = variable.split
-            chunk = variable.layout.chunks[split] if storage.shape else 1
-            total += (
-                math.prod(storage.shape[:split]) * math.ceil(storage.shape[split] / chunk)
-                if storage.shape
-                else 1
-            )
-    return total
+    return sum(_chunks_of(storage, variable) for storage in variable.storages)
+
+
+def _chunks_of(storage: Storage, variable: SourceVariable) -> int:
+    """How many chunks of ``variable`` ``storage`` holds."""
+    if storage.kind == "chunked":
+        return len(storage.offsets)
+    if storage.offset is None or 0 in storage.shape:
+        return 0
+    if not storage.shape:
+        return 1
+    split = variable.split
+    return math.prod(storage.shape[:split]) * math.ceil(storage.shape[split] / variable.layout.chunks[split])
 
 
 def _entries(

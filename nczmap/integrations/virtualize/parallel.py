@@ -16,7 +16,6 @@ Where the parses run:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
 import io
@@ -103,7 +102,7 @@ def _bind_twin(twin: ParsedFile, first: ParsedFile) -> None:
     for group in first.root.walk():
         for variable in group.variables.values():
             if variable.key not in twin.storages:
-                twin.storages[variable.key] = dataclasses.replace(variable.storages[0], source=twin.source)
+                twin.storages[variable.key] = variable.storages[0].named(twin.source)
 
 
 # ---------------------------------------------------------------------------------------- executors

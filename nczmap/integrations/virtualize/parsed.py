@@ -94,6 +94,13 @@ class Storage:
     read: Callable[[int, int], bytes] | None = None  # the source's bytes (small chunks are inlined)
     values: Callable[[], object] | None = None  # the whole array as a numpy array (loading)
 
+    def named(self, source: str) -> Storage:
+        """A copy for the same data in another file (a twin's values computed from metadata)."""
+        copy = object.__new__(Storage)
+        copy.__dict__.update(self.__dict__)
+        copy.source = source
+        return copy
+
     def add_chunk(self, corner: tuple[int, ...], offset: int, size: int) -> None:
         self.corners.extend(corner)
         self.offsets.append(offset)

@@ -206,7 +206,7 @@ class LocalFile(SourceFile):
 
     def __init__(self, path: str, shown: str) -> None:
         self.name = path
-        self.url = normalize(path, None)
+        self.url = normalize(path, None, links=False)  # ``path`` is real already: links resolved
         self.shown = shown
         try:
             self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

@@ -194,7 +194,6 @@ class _Fingerprint:
 
     signature: tuple
     slots: list[tuple[str, _Image, int | None]]  # data variable, its image (tables aside), plane
-    storages: dict[str, Storage]  # the other variables' storages (values), read from no file
     refused: list[Refusal]
 
 
@@ -218,14 +217,7 @@ def _signature(tiff: _Tiff, pages: list[_Ifd]) -> tuple:
 
 
 def _fingerprint(tiff: _Tiff, pages: list[_Ifd], parsed: ParsedFile) -> _Fingerprint:
-    slotted = {key for key, *_ in tiff.slots}
-    storages = {}
-    for group in parsed.root.walk():
-        for variable in group.variables.values():
-            if variable.key not in slotted:
-                storages[variable.key] = dataclasses.replace(variable.storages[0], read=None)
-    refused = list(parsed.refused)
-    return _Fingerprint(_signature(tiff, pages), list(tiff.slots), storages, refused)
+    return _Fingerprint(_signature(tiff, pages), list(tiff.slots), list(parsed.refused))
 
 
 def parse_twin(file, fingerprint: _Fingerprint, options: ParseOptions) -> ParsedFile | None:
@@ -236,10 +228,7 @@ def parse_twin(file, fingerprint: _Fingerprint, options: ParseOptions) -> Parsed
         pages = tiff.ifds()
         if _signature(tiff, pages) != fingerprint.signature:
             return None
-        storages = {
-            key: dataclasses.replace(storage, source=tiff.name)
-            for key, storage in fingerprint.storages.items()
-        }
+        storages = {}
         for key, like, plane in fingerprint.slots:
             image = _tables(tiff, pages[like.page], dataclasses.replace(like))
             storages[key] = _data_storage(tiff, image, plane)
@@ -260,6 +249,19 @@ class _Ifd:
 
 class _Tiff:
     """A TIFF's header and IFDs; every read checked against the file's size first."""
+
+    @staticmethod
+    @functools.lru_cache(maxsize=4)
+    def entry_type(order: str, width: int) -> np.dtype:
+        """An IFD entry: tag, field type, count, value field (offset-sized)."""
+        return np.dtype(
+            [
+                ("tag", order + "u2"),
+                ("type", order + "u2"),
+                ("count", f"{order}u{width}"),
+                ("value", f"V{width}"),
+            ]
+        )
 
     def __init__(self, file) -> None:
         self.name = str(file.name)
@@ -328,18 +330,10 @@ class _Tiff:
         if self.entries_read > MAX_IFD_ENTRIES:
             raise FormatError(f"{self.name}: its IFDs hold more than {MAX_IFD_ENTRIES} entries in all")
         raw = self.read(offset + count_size, count * entry_size + self.offset_size, what)
-        width = self.offset_size
-        kind = np.dtype(
-            [
-                ("tag", self.order + "u2"),
-                ("type", self.order + "u2"),
-                ("count", f"{self.order}u{width}"),
-                ("value", f"V{width}"),
-            ]
-        )
+        kind = self.entry_type(self.order, self.offset_size)
         entries = {}
         for tag, ftype, n, field_bytes in np.frombuffer(raw, dtype=kind, count=count).tolist():
-            entries[int(tag)] = (int(ftype), int(n), bytes(field_bytes))
+            entries[tag] = (ftype, n, field_bytes)
         (following,) = struct.unpack(self.order + ("Q" if self.big else "I"), raw[count * entry_size :])
         ifd = _Ifd(offset, entries, page=number - 1)
         ifd.subfile = self.integer(ifd, NEW_SUBFILE_TYPE, 0)
@@ -891,21 +885,45 @@ def _codecs(image: _Image, chunks: tuple[int, ...]) -> tuple[list[dict], dict | 
 
 def _add_chunks(storage: Storage, image: _Image, plane: int | None, ndim: int) -> None:
     """Every allocated tile or strip (of one plane, or of all) as a chunk: corner, offset, size."""
-    per_plane = image.across * image.down
-    index = np.arange(image.offsets.size, dtype=np.int64)
-    planes, within = np.divmod(index, per_plane)
-    rows, cols = np.divmod(within, image.across)
-    keep = (image.offsets > 0) & (image.counts > 0)
+    planes = image.samples if image.planar else 1
+    corners, chosen = _chunk_grid(
+        image.across, image.down, image.chunk_height, image.chunk_width, planes, plane, ndim
+    )
+    offsets, sizes = image.offsets, image.counts
+    if image.compressor is None:
+        sizes = np.minimum(sizes, _raw_sizes(image))
+    if chosen is not None:
+        offsets, sizes = offsets[chosen], sizes[chosen]
+    keep = (offsets > 0) & (sizes > 0)
+    if not keep.all():
+        corners, offsets, sizes = corners[keep], offsets[keep], sizes[keep]
+    storage.corners.frombytes(corners.tobytes())
+    storage.offsets.frombytes(offsets.tobytes())
+    storage.sizes.frombytes(sizes.tobytes())
+
+
+@functools.lru_cache(maxsize=64)
+def _chunk_grid(
+    across: int, down: int, height: int, width: int, planes: int, plane: int | None, ndim: int
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The corner of every tile or strip of an image of ``across`` x ``down`` chunks per plane, as rows of
+    ``ndim`` indices: of ``plane`` (``(y, x)``), or of every plane of a planar image (``(band, y, x)``),
+    or of a pixel-interleaved image (``(y, x, 0)``) or a one-band one (``(y, x)``); and which entries of
+    the chunk tables they are (None: all). Kept (read-only): a collection's files share it."""
+    per_plane = across * down
+    chosen = None
     if plane is not None:
-        keep &= planes == plane
-    sizes = image.counts if image.compressor is not None else np.minimum(image.counts, _raw_sizes(image))
-    corner = [rows * image.chunk_height, cols * image.chunk_width]
+        chosen = np.arange(plane * per_plane, (plane + 1) * per_plane, dtype=np.int64)
+        planes = 1
+    index = np.arange(per_plane * planes, dtype=np.int64)
+    band, within = np.divmod(index, per_plane)
+    rows, cols = np.divmod(within, across)
+    corner = [rows * height, cols * width]
     if ndim == 3:
-        corner = [planes, *corner] if image.planar else [*corner, np.zeros_like(rows)]
-    columns = np.stack(corner, axis=1)[keep]
-    storage.corners.frombytes(np.ascontiguousarray(columns, dtype=np.int64).tobytes())
-    storage.offsets.frombytes(image.offsets[keep].astype(np.int64).tobytes())
-    storage.sizes.frombytes(sizes[keep].astype(np.int64).tobytes())
+        corner = [band, *corner] if plane is None and planes > 1 else [*corner, np.zeros_like(rows)]
+    columns = np.stack(corner, axis=1)
+    columns.flags.writeable = False
+    return columns, chosen
 
 
 def _band_attributes(variable, bands: _BandInfo, planes: list[int], georeferenced: bool, refused) -> None:
