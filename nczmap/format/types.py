@@ -30,6 +30,9 @@ class NCType:
     def is_text(self) -> bool:
         return self.name in ("char", "string")
 
+    def __reduce__(self):  # unpickled as the one type of its name: types are compared by identity
+        return _by_name, (self.name,)
+
     @functools.cached_property
     def numpy(self) -> np.dtype:
         """The native-order numpy dtype of one value (char: ``S1``; string: object)."""
@@ -55,6 +58,12 @@ _TYPES = [
     NCType("string", 12, "", ""),
 ]
 BY_NAME = {t.name: t for t in _TYPES}
+
+
+def _by_name(name: str) -> NCType:
+    return BY_NAME[name]
+
+
 BY_CODE = {t.code: t for t in _TYPES}
 BY_LETTER = {t.letter: t for t in _TYPES if t.letter}
 _INT_RANGES = {

@@ -13,6 +13,7 @@ vlen) are refused: NCZarr cannot hold them.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -23,6 +24,7 @@ from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
 from nczmap.integrations.copy import HDF5_SIGNATURE
 from nczmap.integrations.virtualize.parsed import (
+    Constant,
     NotVirtualizable,
     ParsedFile,
     ParseOptions,
@@ -94,6 +96,14 @@ class _Opener:
         self.file, self.h5py = file, h5py
         self.handle = None
 
+    def __getstate__(self) -> dict:  # pickled (a parse sent from another process): not h5py's handle
+        return {"file": self.file}
+
+    def __setstate__(self, state: dict) -> None:
+        import h5py
+
+        self.file, self.h5py, self.handle = state["file"], h5py, None
+
     def root(self):
         if self.handle is None:
             self.handle = self.file.open(self.h5py)
@@ -114,8 +124,7 @@ def _read_small_values(parsed: ParsedFile) -> None:
             storage = variable.storages[0]
             nbytes = math.prod(storage.shape) * variable.layout.dtype.storage.itemsize
             if storage.values is not None and nbytes <= EAGER_BYTES:
-                values = storage.values()
-                storage.values = lambda values=values: values
+                storage.values = Constant(storage.values())
 
 
 def _read_tree(opener: _Opener, file: SourceFile) -> ParsedFile:
@@ -212,7 +221,7 @@ class _TreeReader:
             if dim.unlimited:
                 self.extents[id(dim)].append(length)
         if nctype is STRING:
-            storage = _strings(dataset, self.file)
+            storage = _strings(dataset, self.file, self.opener)
             storage_dtype = np.dtype(f"S{max(1, _longest(storage))}")
         else:
             storage = _storage(dataset, self.file, storage_dtype.itemsize, self.opener)
@@ -415,19 +424,26 @@ def _parsed_dtype(nctype, storage_dtype: np.dtype) -> ParsedDtype:
     return native_dtype(nctype, storage_dtype)
 
 
-def _strings(dataset, file: SourceFile) -> Storage:
+def _strings(dataset, file: SourceFile, opener: _Opener) -> Storage:
     """NC_STRING data: values only (HDF5 keeps each string in its global heap), read once."""
     shape = tuple(int(n) for n in dataset.shape)
-    values: list = []
+    return Storage(file.name, "values", shape, values=_Strings(opener, dataset.name, shape))
 
-    def read() -> np.ndarray:
-        if not values:
-            text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(shape)
+
+class _Strings:
+    """An NC_STRING variable's values, read when first asked for (picklable: by its name)."""
+
+    def __init__(self, opener: _Opener, name: str, shape: tuple[int, ...]) -> None:
+        self.opener, self.name, self.shape = opener, name, shape
+        self.text: np.ndarray | None = None
+
+    def __call__(self) -> np.ndarray:
+        if self.text is None:
+            dataset = self.opener.root()[self.name]
+            text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(self.shape)
             text[text == None] = ""  # noqa: E711 (element-wise): netCDF-C's unwritten strings
-            values.append(text)
-        return values[0]
-
-    return Storage(file.name, "values", shape, values=read)
+            self.text = text
+        return self.text
 
 
 def _longest(storage: Storage) -> int:
@@ -446,7 +462,7 @@ def _storage(dataset, file: SourceFile, itemsize: int, opener: _Opener) -> Stora
 
     name = dataset.name
     # chunks are read as the file's bytes (file.read): read_direct_chunk gives the same, through h5py
-    common = {"read": file.read, "values": lambda: opener.values(name)}
+    common = {"read": file.read, "values": functools.partial(opener.values, name)}
     if layout == getattr(h5d, "VIRTUAL", 3):
         return Storage(source, "contiguous", shape, problem="it is an HDF5 virtual dataset", **common)
     if plist.get_external_count():

@@ -15,6 +15,7 @@ hostile header fails with a :class:`~nczmap.errors.FormatError` naming the file 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import unicodedata
@@ -409,7 +410,7 @@ def _storage(file: SourceFile, var: _Var, dims: list[Dimension], layout: _Record
         return _record_storage(file, var, shape, layout)
     storage = Storage(file.name, "contiguous", shape, offset=var.begin, read=file.read)
     nbytes = math.prod(shape) * var.dtype.itemsize
-    storage.values = lambda: _decode(file, var, _read_all(file, [var.begin], nbytes), shape)
+    storage.values = functools.partial(_values, file, var, 1, 0, nbytes, shape)
     return storage
 
 
@@ -423,10 +424,15 @@ def _record_storage(file: SourceFile, var: _Var, shape: tuple[int, ...], layout:
     storage.corners.frombytes(corners.tobytes())
     storage.offsets.frombytes((var.begin + np.arange(records, dtype="q") * layout.recsize).tobytes())
     storage.sizes.frombytes(np.full(records, nbytes, dtype="q").tobytes())
-    storage.values = lambda: _decode(
-        file, var, _read_all(file, (var.begin + r * layout.recsize for r in range(records)), nbytes), shape
-    )
+    storage.values = functools.partial(_values, file, var, records, layout.recsize, nbytes, shape)
     return storage
+
+
+def _values(file: SourceFile, var: _Var, records: int, step: int, nbytes: int, shape: tuple[int, ...]):
+    """A variable's values: ``nbytes`` at its start, and at every ``step`` bytes after it for each of
+    ``records`` (a picklable ``values``)."""
+    offsets = (var.begin + r * step for r in range(records))
+    return _decode(file, var, _read_all(file, offsets, nbytes), shape)
 
 
 def _read_all(file: SourceFile, offsets: Iterable[int], nbytes: int) -> bytes:

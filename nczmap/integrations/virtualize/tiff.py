@@ -189,53 +189,97 @@ def parse(file, options: ParseOptions) -> ParsedFile:
 # ------------------------------------------------------------------------------- collections: twins
 @dataclass
 class _Fingerprint:
-    """What makes a TIFF's model: every IFD's tags with their values, but the chunk tables' (a twin's
-    offsets and byte counts are its own). Picklable, to be sent to other processes."""
+    """What makes a TIFF's model: the bytes of its header, of every IFD and of every tag value but the
+    chunk tables (a twin's offsets and byte counts are its own), and where those tables lie. Two files
+    with these bytes in these places have one model (the IFD chain, the entries and every value parsed
+    are the same): a twin's parse only compares them and reads its tables. Picklable, to be sent to
+    other processes."""
 
-    signature: tuple
-    slots: list[tuple[str, _Image, int | None]]  # data variable, its image (tables aside), plane
+    ranges: list[tuple[int, bytes]]  # (offset, the bytes there)
+    slots: list[tuple[str, _Image, int | None, tuple[_Place, _Place]]]  # variable, image, plane, tables
     refused: list[Refusal]
 
 
-def _signature(tiff: _Tiff, pages: list[_Ifd]) -> tuple:
-    """Every IFD's entries, each with its value's bytes (but the chunk tables', of which only the type
-    and count): two files of equal signatures have the same model but for their chunks."""
-    parts: list[object] = [tiff.order, tiff.big]
+@dataclass(frozen=True)
+class _Place:
+    """Where a chunk table's values lie: offset, numpy dtype, count."""
+
+    offset: int
+    dtype: str
+    count: int
+
+
+def _fingerprint(tiff: _Tiff, pages: list[_Ifd], parsed: ParsedFile) -> _Fingerprint | None:
+    slots = []
+    for key, image, plane in tiff.slots:
+        ifd = pages[image.page]
+        tags = (STRIP_OFFSETS, STRIP_BYTE_COUNTS) if image.stripped else (TILE_OFFSETS, TILE_BYTE_COUNTS)
+        slots.append((key, image, plane, (_place(tiff, ifd, tags[0]), _place(tiff, ifd, tags[1]))))
+    # the value fields holding a (short) chunk table in the IFD itself are the twin's own
+    own = sorted({(p.offset, tiff.offset_size) for *_, places in slots for p in places})
+    ranges = [(0, tiff.read(0, 16 if tiff.big else 8, "the header"))]
     for ifd in pages:
+        ranges.extend(_cut(tiff, ifd.offset, ifd.length, own, f"IFD {ifd.page + 1}"))
         for tag, (ftype, count, field_bytes) in ifd.entries.items():
             width = FIELD_TYPES.get(ftype, ("", 0))[1]
-            nbytes = count * width
-            if tag in CHUNK_TABLES or width == 0:
-                parts.append((tag, ftype, count, b"" if tag in CHUNK_TABLES else field_bytes))
-            elif nbytes <= tiff.offset_size:
-                parts.append((tag, ftype, count, field_bytes[:nbytes]))
-            else:
+            if tag not in CHUNK_TABLES and count * width > tiff.offset_size:
                 (where,) = struct.unpack(tiff.order + ("Q" if tiff.big else "I"), field_bytes)
-                parts.append((tag, ftype, count, tiff.read(where, nbytes, f"tag {tag}")))
-        parts.append(None)  # the end of an IFD
-    return tuple(parts)
+                ranges.append((where, tiff.read(where, count * width, f"tag {tag}")))
+    return _Fingerprint(ranges, slots, list(parsed.refused))
 
 
-def _fingerprint(tiff: _Tiff, pages: list[_Ifd], parsed: ParsedFile) -> _Fingerprint:
-    return _Fingerprint(_signature(tiff, pages), list(tiff.slots), list(parsed.refused))
+def _cut(tiff: _Tiff, offset: int, length: int, holes: list[tuple[int, int]], what: str):
+    """The bytes of ``[offset, offset + length)`` but the ``(offset, length)`` holes, as ranges."""
+    start, end = offset, offset + length
+    for hole, size in holes:
+        if start <= hole < end:
+            if hole > start:
+                yield start, tiff.read(start, hole - start, what)
+            start = hole + size
+    if end > start:
+        yield start, tiff.read(start, end - start, what)
+
+
+def _place(tiff: _Tiff, ifd: _Ifd, tag: int) -> _Place:
+    """Where ``tag``'s values lie in the file (in the IFD itself when they fit in its value field)."""
+    ftype, count, field_bytes = ifd.entries[tag]
+    kind, width = FIELD_TYPES[ftype]
+    if count * width > tiff.offset_size:
+        (where,) = struct.unpack(tiff.order + ("Q" if tiff.big else "I"), field_bytes)
+    else:  # the value field of the entry parsed: the last one of that tag
+        count_size, entry_size = (8, 20) if tiff.big else (2, 12)
+        raw = tiff.read(ifd.offset + count_size, ifd.length - count_size - tiff.offset_size, "an IFD")
+        tags = np.frombuffer(raw, dtype=tiff.entry_type(tiff.order, tiff.offset_size))["tag"]
+        index = int(np.flatnonzero(tags == tag)[-1])
+        where = ifd.offset + count_size + index * entry_size + entry_size - tiff.offset_size
+    return _Place(where, tiff.order + kind, count)
 
 
 def parse_twin(file, fingerprint: _Fingerprint, options: ParseOptions) -> ParsedFile | None:
-    """``file`` as a twin of the file ``fingerprint`` was taken from, if its tags are that file's but for
-    its chunk tables; None (parse it in full) otherwise, or if anything in it is wrong."""
+    """``file`` as a twin of the file ``fingerprint`` was taken from, if it holds that file's metadata
+    in the same places; None (parse it in full) otherwise, or if anything in it is wrong."""
     try:
         tiff = _Tiff(file)
-        pages = tiff.ifds()
-        if _signature(tiff, pages) != fingerprint.signature:
-            return None
+        for offset, data in fingerprint.ranges:
+            if tiff.read(offset, len(data), "the TIFF's metadata") != data:
+                return None
         storages = {}
-        for key, like, plane in fingerprint.slots:
-            image = _tables(tiff, pages[like.page], dataclasses.replace(like))
+        for key, like, plane, (offsets, counts) in fingerprint.slots:
+            image = dataclasses.replace(like)
+            image.offsets = _table_at(tiff, offsets, f"{image.label} offsets")
+            image.counts = _table_at(tiff, counts, f"{image.label} byte counts")
+            _check_chunks(tiff, image, image.label)
             storages[key] = _data_storage(tiff, image, plane)
     except FormatError:
         return None
     refused = [dataclasses.replace(r, source=tiff.name) for r in fingerprint.refused]
     return ParsedFile(tiff.name, None, refused, "tiff", storages=storages)
+
+
+def _table_at(tiff: _Tiff, place: _Place, what: str) -> np.ndarray:
+    dtype = np.dtype(place.dtype)
+    values = np.frombuffer(tiff.read(place.offset, place.count * dtype.itemsize, what), dtype=dtype)
+    return _table_values(tiff, values, what)
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -245,6 +289,7 @@ class _Ifd:
     entries: dict[int, tuple[int, int, bytes]]  # tag -> (field type, count, the value field's bytes)
     subfile: int = 0
     page: int = 0  # its place in the chain, from 0
+    length: int = 0  # bytes: entry count, entries, next IFD's offset
 
 
 class _Tiff:
@@ -335,7 +380,7 @@ class _Tiff:
         for tag, ftype, n, field_bytes in np.frombuffer(raw, dtype=kind, count=count).tolist():
             entries[tag] = (ftype, n, field_bytes)
         (following,) = struct.unpack(self.order + ("Q" if self.big else "I"), raw[count * entry_size :])
-        ifd = _Ifd(offset, entries, page=number - 1)
+        ifd = _Ifd(offset, entries, page=number - 1, length=count_size + len(raw))
         ifd.subfile = self.integer(ifd, NEW_SUBFILE_TYPE, 0)
         if SUBFILE_TYPE in entries and self.integer(ifd, SUBFILE_TYPE, 1) == 2:
             ifd.subfile |= 1
@@ -528,7 +573,10 @@ def _chunk_table(tiff: _Tiff, ifd: _Ifd, tag: int, expected: int, what: str) -> 
         raise FormatError(f"{tiff.name}: the image has no {what} (tag {tag})")
     if entry[1] != expected:
         raise FormatError(f"{tiff.name}: {entry[1]} {what} for an image of {expected}")
-    values = tiff.values(ifd, tag, what)
+    return _table_values(tiff, tiff.values(ifd, tag, what), what)
+
+
+def _table_values(tiff: _Tiff, values: np.ndarray, what: str) -> np.ndarray:
     if values.dtype.kind not in "iu" or values.ndim != 1:
         raise FormatError(f"{tiff.name}: the {what} are not integers")
     if values.dtype == np.uint64 and values.size and int(values.max()) >= 1 << 62:
