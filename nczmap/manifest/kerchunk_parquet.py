@@ -437,15 +437,16 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
         raise ValueError(f"record_size must be an integer from 1 to {MAX_RECORD_SIZE}, not {record_size!r}")
     tables: dict[str, ArrayReferences] = {}
     for key, value in manifest.entries.items():
-        array, _, name = key.rpartition("/")
-        if name == ".zarray" and array and value is not None:
-            tables[array] = _writable_table(manifest, array, key, record_size)
+        if key.endswith("/.zarray") and value is not None:
+            tables[key[: -len("/.zarray")]] = _writable_table(
+                manifest, key[: -len("/.zarray")], key, record_size
+            )
     for array, table in manifest.arrays.items():
         if array not in tables and next(iter(table.present()), None) is not None:
             raise FormatError(f"array {array!r} holds chunk references but has no .zarray")
 
     metadata: dict[str, object] = {}
-    loose: dict[str, dict[int, dict[int, Entry]]] = {}  # array -> record -> row -> entry
+    loose: dict[str, dict[int, Page]] = {}  # array -> record -> the loose chunks there
     candidates: dict[str, tuple[list[str], list[str], list[Entry]]] = {}  # array -> keys, names, entries
     for key, value in manifest.entries.items():  # per key: a manifest loaded from JSON may have many
         if value is None:
@@ -465,12 +466,11 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
             flats = chunk_numbers(names, grid).tolist()
         else:
             flats = [-1 if (f := chunk_position(n, grid)) is None else f for n in names]
+        chunks = [(flat, entry) for flat, entry in zip(flats, entries, strict=True) if flat >= 0]
         for key, flat, entry in zip(keys, flats, entries, strict=True):
-            if flat >= 0:
-                record, row = divmod(flat, record_size)
-                loose.setdefault(array, {}).setdefault(record, {})[row] = entry
-            else:
+            if flat < 0:
                 metadata[key] = _metadata_value(_not_a_chunk(key, entry))
+        loose[array] = _loose_pages(chunks, record_size)
 
     written: dict[str, set[int]] = {}
     for array, table in tables.items():
@@ -497,22 +497,63 @@ def _not_a_chunk(key: str, entry: Entry) -> bytes:
     return entry
 
 
+def _loose_pages(chunks: list[tuple[int, Entry]], record_size: int) -> dict[int, Page]:
+    """``(chunk number, entry)`` pairs as pages of ``record_size`` rows, by record number."""
+    chunks.sort(key=lambda pair: pair[0])
+    flats = np.fromiter((flat for flat, _ in chunks), dtype=np.int64, count=len(chunks))
+    urls: dict[str, int] = {}
+    where = np.fromiter(
+        (
+            urls.setdefault(entry.url, len(urls)) if type(entry) is Reference else INLINE
+            for _, entry in chunks
+        ),
+        dtype=np.int64,
+        count=len(chunks),
+    )
+    offsets = np.fromiter((e.offset if type(e) is Reference else 0 for _, e in chunks), np.int64, len(chunks))
+    lengths = np.fromiter((e.length if type(e) is Reference else 0 for _, e in chunks), np.int64, len(chunks))
+    pages = {}
+    numbers = flats // record_size
+    cuts = np.flatnonzero(np.diff(numbers)) + 1
+    for positions in np.split(np.arange(len(chunks)), cuts):
+        if not len(positions):
+            continue
+        number = int(numbers[positions[0]])
+        start = number * record_size
+        rows = flats[positions] - start
+        inline = {
+            int(row): chunks[at][1]
+            for row, at in zip(rows.tolist(), positions.tolist(), strict=True)
+            if where[at] == INLINE
+        }
+        columns = (where[positions], offsets[positions], lengths[positions])
+        pages[number] = Page.build(start, rows, *columns, list(urls), inline)
+    return pages
+
+
 def _write_records(
-    array: str, table: ArrayReferences, loose: dict[int, dict[int, Entry]], record_size: int, write: Writer
+    array: str, table: ArrayReferences, loose: dict[int, Page], record_size: int, write: Writer
 ) -> set[int]:
     """Write every record of ``table`` (pages of ``record_size`` chunks) that holds something, with the
-    ``loose`` chunks (record -> row -> entry) added; the records written."""
+    ``loose`` chunks (pages by record number) over it; the records written."""
     numbers = sorted(set(table.numbers()) | set(loose))
     written = set()
     for number, page in table._pages(numbers, changed=True):
         if number in loose:
-            page = page.changed(loose[number])
+            over = loose[number]
+            if page.held()[0].size:  # the table's own chunks there, with the loose ones over them
+                over = page.changed(dict(zip(over.held()[0].tolist(), _entries(over), strict=True)))
+            page = over
         if not page.held()[0].size:
             continue
         need = min(record_size, table.count - number * record_size)
         write(record_name(array, number), _record(page, array, table, need, record_size))
         written.add(number)
     return written
+
+
+def _entries(page: Page) -> list[Entry | None]:
+    return page.entries(page.held()[0])
 
 
 def _writable_table(manifest: Manifest, array: str, key: str, record_size: int) -> ArrayReferences:

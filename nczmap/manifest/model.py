@@ -623,6 +623,16 @@ class Manifest:
             self.entries[key] = entry
         self._sorted = None
 
+    def set_many(self, keys: Sequence[str], entries: Sequence[Entry]) -> None:
+        """:meth:`set` of each key to its entry (never None): at once, when no table or checksum is
+        concerned (a new manifest's chunks)."""
+        if self.checksums or self.arrays:
+            for key, entry in zip(keys, entries, strict=True):
+                self.set(key, entry)
+            return
+        self.entries.update(zip(keys, entries, strict=True))
+        self._sorted = None
+
     def delete_under(self, prefix: str) -> None:
         """Remove ``prefix`` and every key below it ("" empties the manifest)."""
         start = prefix + "/" if prefix else ""

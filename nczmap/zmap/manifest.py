@@ -454,8 +454,10 @@ class ManifestMap(ZMap):
             for name in index.present(array, names):
                 index.check_leaf(f"{array}/{name}", holding, self.location)
             prefix = array[1:] + "/"
-            for name, url, offset, length in zip(names, urls, offsets, lengths, strict=True):
-                self.manifest.set(prefix + name, Reference(real[url], offset, length))
+            self.manifest.set_many(
+                [prefix + name for name in names],
+                list(map(Reference, [real[url] for url in urls], offsets, lengths)),
+            )
             index.add_children(array, names)
             self._dirty = True
         return count

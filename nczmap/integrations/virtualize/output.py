@@ -147,11 +147,7 @@ def _reference_chunked(
     manifest, at once: as references, or written into it when smaller than SMALL_CHUNK."""
     if not storages:
         return
-    parts = [_chunk_columns(variable, storage, shift) for storage, shift in storages]
-    indices = np.concatenate([part[0] for part in parts])
-    offsets = np.concatenate([part[1] for part in parts])
-    sizes = np.concatenate([part[2] for part in parts])
-    owners = np.repeat(np.arange(len(parts)), [len(part[1]) for part in parts])
+    indices, offsets, sizes, owners = _chunk_columns(variable, storages)
     separator = dest.layout.separator
     names = [separator.join(map(str, row)) for row in indices.tolist()]
     if indices.shape[1] == 0:
@@ -178,19 +174,24 @@ def _reference_chunked(
             zmap.manifest.checksums[key] = crc32c(storages[owner][0].read(offset, size))
 
 
-def _chunk_columns(variable: SourceVariable, storage: Storage, shift: int):
-    """A chunked storage's chunks inside its shape: (chunk indices in the result, offsets, sizes)."""
-    ndim = len(storage.chunks)
-    corners = np.frombuffer(storage.corners, dtype=np.int64).reshape(-1, ndim)
-    offsets = np.frombuffer(storage.offsets, dtype=np.int64)
-    sizes = np.frombuffer(storage.sizes, dtype=np.int64)
-    inside = (corners < np.asarray(storage.shape, dtype=np.int64)).all(axis=1)  # shrunk datasets
+def _chunk_columns(variable: SourceVariable, storages: list[tuple[Storage, int]]):
+    """The chunks of chunked ``storages`` (with their shifts along the joined axis) inside their shapes,
+    all at once: (chunk indices in the result, offsets, sizes, the number of each one's storage)."""
+    ndim = len(storages[0][0].chunks)
+    counts = [len(storage.offsets) for storage, _ in storages]
+    corners = np.frombuffer(b"".join(storage.corners for storage, _ in storages), dtype=np.int64)
+    corners = corners.reshape(sum(counts), ndim)
+    offsets = np.frombuffer(b"".join(storage.offsets for storage, _ in storages), dtype=np.int64)
+    sizes = np.frombuffer(b"".join(storage.sizes for storage, _ in storages), dtype=np.int64)
+    owners = np.repeat(np.arange(len(storages)), counts)
+    shapes = np.asarray([storage.shape for storage, _ in storages], dtype=np.int64).reshape(-1, ndim)
+    inside = (corners < shapes[owners]).all(axis=1)  # beyond a shrunk dataset's extent: never read
     if not inside.all():
-        corners, offsets, sizes = corners[inside], offsets[inside], sizes[inside]
+        corners, offsets, sizes, owners = corners[inside], offsets[inside], sizes[inside], owners[inside]
     indices = corners // np.asarray(variable.layout.chunks, dtype=np.int64)
     if variable.axis is not None:
-        indices[:, variable.axis] += shift
-    return indices, offsets, sizes
+        indices[:, variable.axis] += np.asarray([shift for _, shift in storages], dtype=np.int64)[owners]
+    return indices, offsets, sizes, owners
 
 
 def _entries_written(variable: SourceVariable, storage: Storage, shift: int, dest, zmap, result):
