@@ -151,7 +151,10 @@ def parse(file, options: ParseOptions) -> ParsedFile:
     main = full[0]
     root = Group("/", None)
     parsed = ParsedFile(tiff.name, root, [], "tiff")
-    image = _image(tiff, main)  # NotVirtualizable here refuses the whole source
+    try:
+        image = _image(tiff, main)
+    except NotVirtualizable as exc:  # the whole source is refused: say which
+        raise NotVirtualizable(f"{tiff.name}: {exc}") from None
     bands = _BandInfo.read(tiff, main, image, parsed.refused)
     geo = _Georeference.read(tiff, main, parsed.refused)
     _global_attributes(root, bands)
