@@ -29,6 +29,7 @@ than the slab budget), so memory stays bounded whatever the variable's size.
 
 from __future__ import annotations
 
+import collections
 import functools
 import io
 import itertools
@@ -36,7 +37,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, NamedTuple, TextIO
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import NCZError
@@ -48,6 +49,11 @@ MAX_LINE_LEN = 80 - 2  # vardata.c: set_max_len(80) stores len - 2
 CONTINUATION = b"    "  # LINEPIND
 FILL_STRING = b"_"
 SLAB_ELEMENTS = 1 << 18  # values read at once
+# a variable of more values than this is formatted on other cores too (Python's float formatting, at
+# ~170 ns a value, is what a full dump spends its time on); slabs formatted ahead, per worker
+PARALLEL_VALUES = 1 << 22
+AHEAD = 3
+_UNSET = object()
 KEYWORDS = frozenset(["variables", "dimensions", "data", "group", "types"])
 _NAME_SPECIALS = frozenset(b" !\"#$&'()*,:;<=>?[]\\^`{|}~")
 _NAME_NEEDS_WORK = re.compile(b"[" + re.escape(bytes(sorted(_NAME_SPECIALS | {*range(0x20), 0x7F}))) + b"]")
@@ -412,11 +418,25 @@ def _lines(width: int, separator: bytes) -> re.Pattern[bytes]:
     return re.compile(b".{1,%d}(?<=%s)|%s" % (width, unit_end, overlong), re.DOTALL)
 
 
+def wrapped(row: bytes, separator: bytes, linep: int, indent: int) -> tuple[bytes, int]:
+    """``row`` (units ``item + separator``, no item holding ``separator``) broken into lines as ``lput``
+    breaks them from line position ``linep``, and the line position after it. A line per regex match:
+    the longest run of whole units that fits is exactly what ``lput`` puts on a line, and an item too
+    long for any line goes alone after its wrap."""
+    fresh = len(CONTINUATION) + indent
+    first = _fitting(MAX_LINE_LEN - linep, separator).match(row)
+    position = first.end() if first else 0
+    lines = [row[:position], *_lines(MAX_LINE_LEN - fresh, separator).findall(row, position)]
+    text = (b"\n" + b" " * indent + CONTINUATION).join(lines)
+    return text, (linep if len(lines) == 1 else fresh) + len(lines[-1])
+
+
 class _Output:
     """Byte output with ncdump's line-position bookkeeping (``lput``) for the data section."""
 
-    def __init__(self, out: TextIO | BinaryIO) -> None:
+    def __init__(self, out: TextIO | BinaryIO, processes: bool = False) -> None:
         self._out = out
+        self._processes = processes
         self._text = isinstance(out, io.TextIOBase) and not hasattr(out, "buffer")
         if isinstance(out, io.TextIOBase) and hasattr(out, "buffer"):
             out.flush()
@@ -425,6 +445,29 @@ class _Output:
         self._pending = bytearray()
         self.indent = 0  # group nesting indentation, in spaces
         self.linep = 0
+        self._pool = None  # worker processes formatting large variables (made when one is met)
+        self.workers = 0
+
+    def formatting_pool(self):
+        """Processes formatting rows of values (spawned: no thread of this process is copied); None
+        unless ``processes`` was asked for and there are several cores."""
+        if self._pool is None and self._processes:
+            import os
+
+            cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            if cores < 2:
+                return None
+            from concurrent.futures import ProcessPoolExecutor
+            from multiprocessing import get_context
+
+            self.workers = min(cores, 4)
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
 
     def write(self, data: bytes) -> None:
         self._pending += data
@@ -461,17 +504,11 @@ class _Output:
 
     def lput_row(self, row: bytes, separator: bytes) -> None:
         """:meth:`lput_items` for ``item + separator`` units already joined into ``row``, where no item
-        contains ``separator`` (numbers), a line per regex match: the longest run of whole units that fits
-        is exactly what ``lput`` puts on a line, and an item too long for any line goes alone after its
-        wrap."""
+        contains ``separator`` (numbers): :func:`wrapped`."""
         if not row:
             return
-        fresh = len(CONTINUATION) + self.indent
-        first = _fitting(MAX_LINE_LEN - self.linep, separator).match(row)
-        position = first.end() if first else 0
-        lines = [row[:position], *_lines(MAX_LINE_LEN - fresh, separator).findall(row, position)]
-        self.write((b"\n" + b" " * self.indent + CONTINUATION).join(lines))
-        self.linep = (self.linep if len(lines) == 1 else fresh) + len(lines[-1])
+        text, self.linep = wrapped(row, separator, self.linep, self.indent)
+        self.write(text)
 
     def lput(self, data: bytes) -> None:
         if len(data) + self.linep > MAX_LINE_LEN and len(data) > 2:
@@ -494,6 +531,7 @@ def dump_cdl(
     name: str | None = None,
     variables: Sequence[str] | None = None,
     classic: bool = False,
+    processes: bool = False,
 ) -> None:
     """Print ``dataset`` as CDL, exactly as netcdf-c's ``ncdump`` would print the same store.
 
@@ -501,18 +539,21 @@ def dump_cdl(
     ``name`` is ``-n`` (default: the URL's last path segment minus its extension) and ``variables`` is
     ``-v`` (data only for those variables; names may be ``g/v`` or ``/g/v``); ``classic`` prints what
     ncdump prints differently for a netCDF-3 file (text attributes broken after newlines).
+    ``processes``: format the values of large variables in worker processes too (spawned, so a script
+    using it must guard its main code with ``if __name__ == "__main__"``, as multiprocessing requires).
     Raises :class:`NoSuchVariable` before printing anything if a ``variables`` entry matches nothing.
     """
     wanted = [v for v in variables if v] if variables else []
     for wanted_name in wanted:
         if not any(_select(group, wanted_name) for group in dataset.walk()):
             raise NoSuchVariable(f"{wanted_name}: No such variable")
-    output = _Output(out)
+    output = _Output(out, processes)
     try:
         _Printer(dataset, output, header_only, special, wanted, classic).dump(
             name if name is not None else _dataset_name(dataset)
         )
     finally:  # like ncdump, what was printed before an error stays printed
+        output.close()
         output.flush()
         if hasattr(out, "flush"):
             out.flush()
@@ -768,8 +809,56 @@ class _VariableData:
         else:
             out.write(b" =\n  ")
             out.linep = 2 + out.indent
-        for index, pieces in self._rows():
-            self._row(index, pieces)
+        pool = self.out.formatting_pool() if self._parallel() else None
+        if pool is None:
+            for index, pieces in self._rows():
+                self._row(index, pieces)
+        else:
+            for index, pieces, text in self._formatted_rows(pool):
+                self._row(index, pieces, text)
+
+    def _parallel(self) -> bool:
+        """Whether rows are formatted in other processes: many values of a number type printed by the
+        plain format, read in slabs of whole rows."""
+        shape = self.shape
+        return (
+            self.rank >= 2
+            and not self.as_text
+            and self.format.nctype not in ("char", "string")
+            and self.format.c_format is None
+            and math.prod(shape) >= PARALLEL_VALUES
+            and math.prod(shape[1:]) <= SLAB_ELEMENTS
+        )
+
+    def _formatted_rows(self, pool) -> Iterator[tuple[tuple[int, ...], Iterator[np.ndarray], bytes | None]]:
+        """``_rows`` with each row's text (:meth:`ValueFormatter.joined`) made by ``pool``, a few slabs
+        ahead of the one printed."""
+        shape, row_len = self.shape, self.shape[-1]
+        slabs = self._slabs()
+        pending = collections.deque()
+
+        def submit() -> None:
+            for start, slab in itertools.islice(slabs, 1):
+                rows = slab.reshape(-1, row_len)
+                task = (
+                    format_rows,
+                    self.format.nctype,
+                    self.format.fill,
+                    rows,
+                    self._row_start(),
+                    self.out.indent,
+                )
+                pending.append((start, slab, pool.submit(*task)))
+
+        for _ in range(AHEAD * self.out.workers):
+            submit()
+        while pending:
+            start, slab, future = pending.popleft()
+            submit()
+            texts = future.result()
+            rows = slab.reshape(-1, row_len)
+            for offset, index in enumerate(np.ndindex(slab.shape[0], *shape[1:-1])):
+                yield (start + index[0], *index[1:]), iter([rows[offset]]), texts[offset]
 
     # ---------------------------------------------------------------- reading
     def _rows(self) -> Iterator[tuple[tuple[int, ...], Iterator[np.ndarray]]]:
@@ -787,12 +876,20 @@ class _VariableData:
             for index in np.ndindex(*shape[:-1]):
                 yield index, self._pieces(index)
             return
-        step = self._slab_rows(inner)
-        for start in range(0, shape[0], step):
-            slab = self._read((slice(start, min(start + step, shape[0])), *(slice(0, n) for n in shape[1:])))
+        for start, slab in self._slabs():
             rows = slab.reshape(-1, row_len)
             for offset, index in enumerate(np.ndindex(slab.shape[0], *shape[1:-1])):
                 yield (start + index[0], *index[1:]), iter([rows[offset]])
+
+    def _slabs(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first index along the first dimension, values) of slabs of whole rows, chunk-aligned."""
+        shape = self.shape
+        step = self._slab_rows(math.prod(shape[1:]))
+        for start in range(0, shape[0], step):
+            yield (
+                start,
+                self._read((slice(start, min(start + step, shape[0])), *(slice(0, n) for n in shape[1:]))),
+            )
 
     def _slab_rows(self, inner: int) -> int:
         return _aligned_step(max(1, SLAB_ELEMENTS // inner), self.variable.chunks[0])
@@ -818,12 +915,21 @@ class _VariableData:
         return padded
 
     # ---------------------------------------------------------------- printing
-    def _row(self, index: tuple[int, ...], pieces: Iterator[np.ndarray]) -> None:
+    def _row_start(self) -> int:
+        """The line position every row of a variable of rank 2 or more starts at (after ``"  "``)."""
+        return 2 + self.out.indent
+
+    def _row(self, index: tuple[int, ...], pieces: Iterator[np.ndarray], done: object = _UNSET) -> None:
+        """One row; ``done`` is what :func:`format_rows` made of it, if it was given to a worker."""
         out = self.out
         opens, closes = self._record_marks(index)
         for _ in range(opens):
             out.lput(b"{")
-        if self.as_text:
+        if isinstance(done, Formatted) and out.linep == self._row_start():  # formatted from here
+            out.write(done.lines)
+            out.linep = done.linep
+            last = done.last
+        elif self.as_text:
             raw = b"".join(np.asarray(piece, dtype="S1").tobytes() for piece in pieces)
             out.write(quote_char_data(raw))  # printed directly: the line position is not advanced
             last = b""
@@ -858,6 +964,32 @@ class _VariableData:
             opens += all(index[i] == 0 for i in below)
             closes += all(index[i] == self.shape[i] - 1 for i in below)
         return opens, closes
+
+
+class Formatted(NamedTuple):
+    """A row's values formatted and, but the last, broken into lines from a line position."""
+
+    lines: bytes  # the values but the last, joined and broken into lines
+    linep: int  # the line position after them
+    last: bytes  # the last value
+
+
+def format_rows(
+    nctype: str, fill: object, rows: np.ndarray, linep: int, indent: int
+) -> list[Formatted | None]:
+    """Each row as :meth:`_VariableData._row` prints it from line position ``linep`` (run in a worker
+    process); None where a value needs more than the plain format (:meth:`ValueFormatter.joined`)."""
+    formatter = ValueFormatter(nctype, fill)
+    done: list[Formatted | None] = []
+    for row in rows:
+        text = formatter.joined(row, b", ")
+        if text is None:
+            done.append(None)
+            continue
+        head, _, last = text.rpartition(b", ")
+        lines, after = wrapped(head + b", ", b", ", linep, indent) if head else (b"", linep)
+        done.append(Formatted(lines, after, last))
+    return done
 
 
 def _extent(variable) -> tuple[int, ...]:

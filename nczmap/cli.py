@@ -111,6 +111,7 @@ def _ncdump(args: argparse.Namespace) -> None:
             name=args.name,
             variables=variables,
             classic=_netcdf3_source(dataset),
+            processes=True,  # values of large variables formatted on every core
         )
 
 
