@@ -7,9 +7,16 @@ memoryview, numpy arrays) without a copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+_compute: Callable[[object], int] | None = None
+
 
 def crc32c(data) -> int:
     """The CRC-32C of ``data`` (any contiguous buffer)."""
-    from crc32c import crc32c as compute
+    global _compute
+    if _compute is None:  # imported once, when first needed: a call per chunk must not pay for it
+        from crc32c import crc32c as compute
 
-    return compute(data)
+        _compute = compute
+    return _compute(data)
