@@ -446,3 +446,87 @@ def test_manifest_checksums_are_refused_for_a_repository(tmp_path):
 
     with pytest.raises(nczmap.errors.FormatError, match="checksums"):
         virtualize([str(source)], repo_url(tmp_path / "repo"), checksums=True)
+
+
+# ------------------------------------------------------------------------ nczmap copy MANIFEST REPO
+def _plain_icechunk_values(repo, grant: str) -> dict:
+    """What plain icechunk + xarray read from ``repo`` (authorising ``grant``), in a process that never
+    imports nczmap, with the repository's virtual chunk locations."""
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        import icechunk as ic, xarray as xr
+        repo = ic.Repository.open(
+            ic.local_filesystem_storage({str(repo)!r}),
+            authorize_virtual_chunk_access=ic.containers_credentials(
+                {{{grant!r}: ic.credentials.LocalFileSystemAccess}}
+            ),
+        )
+        session = repo.readonly_session("main")
+        ds = xr.open_zarr(session.store, consolidated=False, decode_cf=False)
+        assert "nczmap" not in sys.modules
+        values = {{name: ds[name].values.tolist() for name in ds.variables}}
+        locations = sorted(set(session.all_virtual_chunk_locations()))
+        print(json.dumps({{"values": values, "locations": locations}}))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def _tree_bytes(path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+@pytest.mark.parametrize("manifest", ["refs.json", "refs.parq"])
+def test_copy_a_manifest_into_a_repository_writes_virtual_chunks(tmp_path, manifest):
+    """``nczmap copy MANIFEST REPO``: the references become virtual chunks (with the sources' modification
+    times as their checksums), not copies of the data; plain icechunk + xarray read netCDF4-python's
+    values; data the manifest keeps beside it (loaded variables) is copied."""
+    from nczmap.cli import main
+
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    refs = tmp_path / "src" / manifest
+    assert main(["virtualize", str(source), str(refs), "--load", "c"]) in (0, None)
+    repo = tmp_path / "repo"
+    assert main(["copy", refs.as_uri() + "#mode=nczarr,manifest", repo_url(repo)]) in (0, None)
+    assert history(repo)[0] == "nczmap"
+    read = _plain_icechunk_values(repo, (tmp_path / "src").as_uri() + "/")
+    assert read["locations"] == [source.as_uri()], "the references are virtual chunks of the source"
+    with netCDF4.Dataset(source) as ds:
+        ds.set_auto_maskandscale(False)
+        for name in ("time", "v", "c", "s"):
+            np.testing.assert_array_equal(np.array(read["values"][name]), ds[name][:], err_msg=name)
+    assert _tree_bytes(repo) < os.path.getsize(source), "the repository holds no copy of the referenced data"
+    later = os.stat(source).st_mtime + 10  # the checksum recorded: a source touched since is refused
+    os.utime(source, (later, later))
+    with (
+        nczmap.open_dataset(repo_url(repo), containers=[str(tmp_path / "src") + "/"]) as ds,
+        pytest.raises(nczmap.errors.StorageError, match="changed"),
+    ):
+        ds.variables["v"][:]
+
+
+def test_copy_a_manifest_refers_only_where_the_manifest_may(tmp_path):
+    """A manifest whose references lie outside its grants is refused, nothing committed; granted, it
+    copies."""
+    from nczmap.cli import main
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    refs = tmp_path / "elsewhere" / "refs.json"
+    assert main(["virtualize", str(source), str(refs), "--allow", str(tmp_path / "src")]) in (0, None)
+    manifest = refs.as_uri() + "#mode=nczarr,manifest"
+    assert main(["copy", manifest, repo_url(tmp_path / "repo")]) not in (0, None)
+    assert "nczmap" not in history(tmp_path / "repo"), "nothing is committed"
+    assert main(["copy", "--allow", str(tmp_path / "src"), manifest, repo_url(tmp_path / "repo")]) in (
+        0,
+        None,
+    )
+    read = _plain_icechunk_values(tmp_path / "repo", (tmp_path / "src").as_uri() + "/")
+    assert read["locations"] == [source.as_uri()]

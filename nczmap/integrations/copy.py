@@ -61,6 +61,8 @@ def copy(
     try:
         if url.driver == "file":
             _copy_staged(reader, url, format_options(url, netcdf_version, keep_filters), progress)
+        elif url.driver == "icechunk" and _is_manifest(reader):
+            _copy_references(reader, url, format_options(url, netcdf_version, keep_filters), progress)
         else:
             with create_dataset(url, netcdf_version, keep_filters=keep_filters) as target:
                 _copy_into(reader, target, progress)
@@ -68,9 +70,47 @@ def copy(
         reader.close()
 
 
-def _copy_into(reader: Group, target: Dataset, progress: Progress | None) -> None:
-    """Copy everything; ``progress(done, total)`` counts bytes of values (decoded chunk sizes)."""
-    _copy_group(reader, target)
+def _is_manifest(reader: Group) -> bool:
+    from nczmap.zmap.manifest import ManifestMap
+
+    return isinstance(getattr(reader, "zmap", None), ManifestMap)
+
+
+def _copy_references(
+    reader: Dataset, url: ParsedURL, options: FormatOptions, progress: Progress | None
+) -> None:
+    """A manifest into an Icechunk repository: its references to sources become virtual chunks (see
+    ``IcechunkMap.copy_from``), the repository's virtual chunk containers the manifest's grants; its arrays
+    keep their codecs (the chunks are the sources' bytes). Nothing is committed if anything fails."""
+    containers = reader.zmap.containers
+    zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
+    try:
+        target = open_on(zmap, "w", options)
+    except BaseException:
+        zmap.abort()
+        raise
+    with target:
+        _copy_group(reader, target)
+        keep_codecs(target, [v for g in reader.walk() for v in g.variables.values()])
+        target.flush()  # Icechunk takes a chunk only once its array exists
+        _copy_into(reader, target, progress, model=False)
+
+
+def keep_codecs(target: Dataset, variables: list[Variable]) -> None:
+    """Arrays of ``target`` whose chunks are (or refer to) ``variables``' bytes keep the source's own
+    codecs (zlib as ``numcodecs.zlib``, not the gzip a new Zarr v3 array gets)."""
+    for variable in variables:
+        dest = _counterpart(target, variable)
+        if dest.layout.codecs.configs != variable.layout.codecs.configs:
+            dest.layout.codecs = variable.layout.codecs
+            target.writer.touch(dest)
+
+
+def _copy_into(reader: Group, target: Dataset, progress: Progress | None, model: bool = True) -> None:
+    """Copy everything (the data only, unless ``model``); ``progress(done, total)`` counts bytes of values
+    (decoded chunk sizes)."""
+    if model:
+        _copy_group(reader, target)
     total = sum(_chunk_count(v) * _chunk_bytes(v) for g in target.walk() for v in g.variables.values())
     done = 0
     for group in reader.walk():

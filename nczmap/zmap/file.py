@@ -109,7 +109,7 @@ class FileMap(ZMap):
             elif kind != "dir":
                 raise StorageError(
                     f"{self.root!r} is not a directory: the file driver needs a "
-                    "directory (use mode=zip for a zip archive)"
+                    "directory (use mode=zip for a zip archive, mode=manifest for a kerchunk manifest)"
                 )
         self._hold_root()
         if replace:

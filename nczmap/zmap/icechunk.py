@@ -415,6 +415,20 @@ class IcechunkMap(ZMap):
         except self.ic.IcechunkError as exc:
             raise self._error(exc, f"refer to {location} from", key) from exc
 
+    def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
+        """From a manifest, a reference to a source becomes a virtual chunk of the same bytes, checked by
+        the source's ETag or modification time as the manifest recorded it (the source must lie in one of
+        the repository's virtual chunk containers); anything else is copied as data."""
+        from nczmap.zmap.manifest import ManifestMap
+
+        if isinstance(source, ManifestMap):
+            found = source.source_reference(source_key)
+            if found is not None:
+                location, offset, length, recorded = found
+                self.set_virtual_ref(key, location, offset, length, checksum(recorded or {}))
+                return True
+        return super().copy_from(source, source_key, key)
+
     def virtual_refs(self) -> list[str]:
         """Every virtual chunk location of the session (the sources the repository refers to)."""
         try:

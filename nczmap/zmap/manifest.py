@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -471,6 +472,30 @@ class ManifestMap(ZMap):
                 self.set_reference(key, real, reference.offset, reference.length)
                 return True
         return super().copy_from(source, source_key, key)
+
+    def source_reference(self, key: str) -> tuple[str, int, int, dict | None] | None:
+        """What ``key`` refers to, as another store records a reference: the source's canonical URL (in
+        an authorised container), offset, length, and what this manifest recorded of the source (size
+        and modification time, or ETag; None if nothing). None for inline data, no content, and the
+        manifest's own chunk files (data kept beside it, which is copied as data)."""
+        key = normalize_key(key)
+        entry = self.manifest.get(key[1:])
+        if not isinstance(entry, Reference):
+            return None
+        real, _, _ = self._resolve(entry.url, key)
+        if self._own_chunk_file(real):
+            return None
+        length = entry.length
+        if length == WHOLE:
+            length = self._length(entry, self._source(key, entry), key)
+        return real, entry.offset, length, self.manifest.sources.get(real)
+
+    def _own_chunk_file(self, real: str) -> bool:
+        """Whether ``real`` is a chunk file this manifest keeps beside it (:mod:`.sidecar`)."""
+        if self.url.on_s3 or not real.startswith("file://"):
+            return False
+        base = "file://" + os.path.realpath(self.url.path.rstrip("/")) + "."
+        return real.startswith(base) and re.fullmatch(r"[0-9a-f]+\.chunks", real[len(base) :]) is not None
 
     def reference(self, key: str) -> Reference | None:
         """The reference ``key`` holds (None for inline data or nothing)."""

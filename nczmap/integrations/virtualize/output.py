@@ -19,7 +19,7 @@ import numpy as np
 from nczmap.api import format_options
 from nczmap.errors import AccessDenied, DatasetExists, FormatError, StorageError
 from nczmap.format import Dataset, open_on
-from nczmap.integrations.copy import _copy_group, _counterpart
+from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs
 from nczmap.integrations.virtualize.combine import Plan, loaded_values
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
 from nczmap.integrations.virtualize.sources import SourceFile
@@ -397,7 +397,7 @@ def write_icechunk(
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
     with _open_target(zmap, url, netcdf_version) as target:
         variables = _write_model(plan, target, result)
-        _keep_source_codecs(target, variables)
+        keep_codecs(target, [variable for variable in variables if not variable.load])
         target.flush()  # Icechunk takes a chunk only once its array exists
         for variable in variables:
             dest = _counterpart(target, variable)
@@ -419,15 +419,3 @@ def write_icechunk(
         for file in files:
             file.check_unchanged()  # raising here discards the session: nothing is committed
         result.variables = len(variables)
-
-
-def _keep_source_codecs(target: Dataset, variables: list[SourceVariable]) -> None:
-    """Referenced chunks are the sources' bytes: their arrays keep the sources' own codecs (zlib as
-    ``numcodecs.zlib``, not the gzip a new Zarr v3 array gets)."""
-    for variable in variables:
-        if variable.load:
-            continue
-        dest = _counterpart(target, variable)
-        if dest.layout.codecs.configs != variable.layout.codecs.configs:
-            dest.layout.codecs = variable.layout.codecs
-            target.writer.touch(dest)
