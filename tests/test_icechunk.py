@@ -530,3 +530,70 @@ def test_copy_a_manifest_refers_only_where_the_manifest_may(tmp_path):
     )
     read = _plain_icechunk_values(tmp_path / "repo", (tmp_path / "src").as_uri() + "/")
     assert read["locations"] == [source.as_uri()]
+
+
+# ------------------------------------------------------------------------ nczmap copy REPO MANIFEST
+def _fsspec_zarr_values(manifest, names) -> dict:
+    """What fsspec's ReferenceFileSystem + zarr-python read from a kerchunk manifest (JSON or Parquet)."""
+    import fsspec
+    import zarr
+    from fsspec.implementations.reference import LazyReferenceMapper
+    from zarr.storage import FsspecStore
+
+    if manifest.suffix == ".json":
+        mapper = fsspec.filesystem("reference", fo=str(manifest)).get_mapper("")
+        group = zarr.open_group(mapper, mode="r", zarr_format=2)
+        return {name: group[name][...] for name in names}
+    references = LazyReferenceMapper(str(manifest), fs=fsspec.filesystem("file"))
+    fs = fsspec.filesystem("reference", fo=references, remote_protocol="file", asynchronous=True)
+    found = {}
+    for name in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            found[name] = zarr.open_array(
+                FsspecStore(fs, path=name, read_only=True), mode="r", zarr_format=2
+            )[...]
+    return found
+
+
+@pytest.mark.parametrize("suffix", [".json", ".parq"])
+def test_copy_a_repository_to_a_manifest_exports_its_virtual_chunks(tmp_path, suffix):
+    """``nczmap copy REPO refs.json|refs.parq``: the repository's virtual chunks become kerchunk references
+    to the source (read back by fsspec + zarr-python as netCDF4-python reads the source), its native
+    chunks data in the manifest; without a grant of the sources the repository is refused."""
+    from nczmap.cli import main
+
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    repo = tmp_path / "repo"
+    assert main(["virtualize", str(source), repo_url(repo), "--load", "c"]) in (0, None)
+    (tmp_path / "out").mkdir()
+    refs = tmp_path / "out" / f"refs{suffix}"
+    manifest = refs.as_uri() + "#mode=nczarr,manifest"
+    assert main(["copy", repo_url(repo), manifest]) not in (0, None)  # the sources are not granted
+    assert main(["copy", "--allow", str(tmp_path / "src"), repo_url(repo), manifest]) in (0, None)
+    with nczmap.open_map(manifest, containers=[str(tmp_path / "src") + "/"]) as exported:
+        referenced = {exported.reference(f"/v/{i}.0") for i in range(3)}
+        assert {r.url for r in referenced} == {source.as_uri()}, "v's chunks refer to the source"
+        assert exported.reference("/c/0") is None, "c was loaded: its chunk is data"
+    got = _fsspec_zarr_values(refs, ["time", "v", "c", "s"])
+    with netCDF4.Dataset(source) as ds:
+        ds.set_auto_maskandscale(False)
+        for name, values in got.items():
+            np.testing.assert_array_equal(values, ds[name][:], err_msg=name)
+
+
+def test_a_repository_written_by_icechunk_exports_to_references(virtual_repo):
+    """Virtual chunks icechunk itself wrote (two containers) export as references nczmap reads back."""
+    from nczmap.integrations.copy import copy
+
+    grants = [str(virtual_repo / "src") + "/", str(virtual_repo / "other") + "/"]
+    refs = virtual_repo / "refs.json"
+    copy(repo_url(virtual_repo / "repo"), refs.as_uri() + "#mode=nczarr,manifest", containers=grants)
+    document = json.loads(refs.read_text())["refs"]
+    assert document["a/0"] == [(virtual_repo / "src" / "sub" / "a.bin").as_uri(), 0, 8]
+    assert document["b/1"] == [(virtual_repo / "other" / "b.bin").as_uri(), 16, 8]
+    with nczmap.open_dataset(refs.as_uri() + "#mode=zarr,manifest", containers=grants) as ds:
+        assert ds.variables["a"][...].tolist() == [1, 2, 3, 4]
+        assert ds.variables["b"][...].tolist() == [5, 6, 7, 8]

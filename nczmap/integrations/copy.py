@@ -7,6 +7,7 @@ destination chunk is read from the source as a region and encoded once. Missing 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -63,6 +64,8 @@ def copy(
             _copy_staged(reader, url, format_options(url, netcdf_version, keep_filters), progress)
         elif url.driver == "icechunk" and _is_manifest(reader):
             _copy_references(reader, url, format_options(url, netcdf_version, keep_filters), progress)
+        elif url.driver == "manifest" and _is_repository(reader):
+            _export_references(reader, url, format_options(url, netcdf_version, keep_filters), progress)
         else:
             with create_dataset(url, netcdf_version, keep_filters=keep_filters) as target:
                 _copy_into(reader, target, progress)
@@ -94,6 +97,74 @@ def _copy_references(
         keep_codecs(target, [v for g in reader.walk() for v in g.variables.values()])
         target.flush()  # Icechunk takes a chunk only once its array exists
         _copy_into(reader, target, progress, model=False)
+
+
+def _is_repository(reader: Group) -> bool:
+    from nczmap.zmap.icechunk import IcechunkMap
+
+    return isinstance(getattr(reader, "zmap", None), IcechunkMap)
+
+
+def _export_references(
+    reader: Dataset, url: ParsedURL, options: FormatOptions, progress: Progress | None
+) -> None:
+    """An Icechunk repository into a manifest: its virtual chunks become references (authorised by the
+    grants the repository was opened with), its native and inline chunks data (in the manifest, or in
+    its chunk file beside it); arrays keep their codecs where the manifest's format holds them."""
+    source = reader.zmap
+    zmap = open_map(url, "w", containers=source.grants)
+    try:
+        if not url.on_s3:
+            zmap.keep_large_chunks_beside()
+        target = open_on(zmap, "w", options)
+    except BaseException:
+        zmap.abort()
+        raise
+    with target:
+        variables = [v for g in reader.walk() for v in g.variables.values()]
+        _copy_group(reader, target)
+        keep_codecs(target, variables)
+        for variable in variables:  # kerchunk's chunk names (Parquet references know no other)
+            dest = _counterpart(target, variable)
+            if dest.layout.separator != ".":
+                dest.layout.separator = "."
+                target.writer.touch(dest)
+        total = sum(_chunk_count(v) * _chunk_bytes(v) for v in variables)
+        done = 0
+        for variable in variables:
+            dest = _counterpart(target, variable)
+            same = _same_storage(variable, dest)  # else the data is copied, decoded and encoded again
+            referenced = _export_virtual(variable, dest) if same else set()
+            rest = [index for index in chunk_grid(dest) if index not in referenced]
+            copy = functools.partial(_copy_raw if same else _copy_region, variable, dest)
+            for _ in run_each(functools.partial(copy, index) for index in rest):
+                done += _chunk_bytes(dest)
+                if progress is not None:
+                    progress(done, total)
+            done += len(referenced) * _chunk_bytes(dest)
+
+
+def _export_virtual(variable: Variable, dest: Variable) -> set[tuple[int, ...]]:
+    """The virtual chunks of ``variable`` (in a repository) as references of ``dest`` (in a manifest);
+    the chunk indices set."""
+    from icechunk import ChunkType
+
+    manifest = dest.group.root.zmap
+    done: set[tuple[int, ...]] = set()
+    for coords, kinds, paths, offsets, lengths, _ in variable.group.root.zmap.chunk_references(variable.key):
+        rows = np.flatnonzero(kinds == int(ChunkType.virtual)).tolist()
+        indices = [tuple(coords[row].tolist()) for row in rows]
+        keys = [dest.chunk_key(index) for index in indices]
+        names = [key[len(dest.key) + 1 :] for key in keys]
+        urls = [paths[row] for row in rows]
+        offsets, lengths = offsets[rows].tolist(), lengths[rows].tolist()
+        if all("/" not in name for name in names):
+            manifest.set_chunk_references(dest.key, names, urls, offsets, lengths)
+        else:  # nested chunk keys: one at a time
+            for key, url, offset, length in zip(keys, urls, offsets, lengths, strict=True):
+                manifest.set_reference(key, url, offset, length)
+        done.update(indices)
+    return done
 
 
 def keep_codecs(target: Dataset, variables: list[Variable]) -> None:

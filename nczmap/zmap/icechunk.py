@@ -429,6 +429,20 @@ class IcechunkMap(ZMap):
                 return True
         return super().copy_from(source, source_key, key)
 
+    def chunk_references(self, array: str) -> list[tuple]:
+        """Every chunk of the array at key ``array``, as icechunk's columnar batches ``(coords, kinds,
+        paths, offsets, lengths, inlined)`` (``icechunk.ChunkType`` kinds; a virtual chunk's path is its
+        location, a native one's its chunk id)."""
+        path = self._path(self._key(array))
+
+        async def batches() -> list[tuple]:
+            return [batch async for batch in self.session.store.array_chunk_iterator(path, 100_000)]
+
+        try:
+            return run(batches)
+        except Exception as exc:
+            raise self._translated(exc, "list the chunks of", array) from exc
+
     def virtual_refs(self) -> list[str]:
         """Every virtual chunk location of the session (the sources the repository refers to)."""
         try:
