@@ -500,18 +500,14 @@ def _not_a_chunk(key: str, entry: Entry) -> bytes:
 def _loose_pages(chunks: list[tuple[int, Entry]], record_size: int) -> dict[int, Page]:
     """``(chunk number, entry)`` pairs as pages of ``record_size`` rows, by record number."""
     chunks.sort(key=lambda pair: pair[0])
-    flats = np.fromiter((flat for flat, _ in chunks), dtype=np.int64, count=len(chunks))
+    flats = np.array([flat for flat, _ in chunks], dtype=np.int64)
+    entries = [entry for _, entry in chunks]
+    inline = [at for at, entry in enumerate(entries) if type(entry) is not Reference]
+    references = [_NOT_A_REFERENCE if type(e) is not Reference else e for e in entries] if inline else entries
     urls: dict[str, int] = {}
-    where = np.fromiter(
-        (
-            urls.setdefault(entry.url, len(urls)) if type(entry) is Reference else INLINE
-            for _, entry in chunks
-        ),
-        dtype=np.int64,
-        count=len(chunks),
-    )
-    offsets = np.fromiter((e.offset if type(e) is Reference else 0 for _, e in chunks), np.int64, len(chunks))
-    lengths = np.fromiter((e.length if type(e) is Reference else 0 for _, e in chunks), np.int64, len(chunks))
+    where = np.array([urls.setdefault(r[0], len(urls)) for r in references], dtype=np.int64)
+    columns = np.array([r[1:] for r in references], dtype=np.int64).reshape(len(references), 2)
+    where[inline] = INLINE
     pages = {}
     numbers = flats // record_size
     cuts = np.flatnonzero(np.diff(numbers)) + 1
@@ -519,16 +515,15 @@ def _loose_pages(chunks: list[tuple[int, Entry]], record_size: int) -> dict[int,
         if not len(positions):
             continue
         number = int(numbers[positions[0]])
-        start = number * record_size
-        rows = flats[positions] - start
-        inline = {
-            int(row): chunks[at][1]
-            for row, at in zip(rows.tolist(), positions.tolist(), strict=True)
-            if where[at] == INLINE
-        }
-        columns = (where[positions], offsets[positions], lengths[positions])
-        pages[number] = Page.build(start, rows, *columns, list(urls), inline)
+        first = number * record_size
+        rows = flats[positions] - first
+        held = {int(flats[at]) - first: entries[at] for at in inline if positions[0] <= at <= positions[-1]}
+        page_columns = (where[positions], columns[positions, 0], columns[positions, 1])
+        pages[number] = Page.build(first, rows, *page_columns, list(urls), held)
     return pages
+
+
+_NOT_A_REFERENCE = Reference("", 0, 0)  # stands for inline data in the reference columns
 
 
 def _write_records(
