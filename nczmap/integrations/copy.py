@@ -73,6 +73,16 @@ def copy(
         reader.close()
 
 
+def open_target(zmap, options: FormatOptions) -> Dataset:
+    """The format layer's new dataset on ``zmap``; the map abandoned (nothing written) if it cannot be
+    made."""
+    try:
+        return open_on(zmap, "w", options)
+    except BaseException:
+        zmap.abort()
+        raise
+
+
 def _is_manifest(reader: Group) -> bool:
     from nczmap.zmap.manifest import ManifestMap
 
@@ -87,12 +97,7 @@ def _copy_references(
     keep their codecs (the chunks are the sources' bytes). Nothing is committed if anything fails."""
     containers = reader.zmap.containers
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
-    try:
-        target = open_on(zmap, "w", options)
-    except BaseException:
-        zmap.abort()
-        raise
-    with target:
+    with open_target(zmap, options) as target:
         _copy_group(reader, target)
         keep_codecs(target, [v for g in reader.walk() for v in g.variables.values()])
         target.flush()  # Icechunk takes a chunk only once its array exists
@@ -113,14 +118,9 @@ def _export_references(
     its chunk file beside it); arrays keep their codecs where the manifest's format holds them."""
     source = reader.zmap
     zmap = open_map(url, "w", containers=source.grants)
-    try:
-        if not url.on_s3:
-            zmap.keep_large_chunks_beside()
-        target = open_on(zmap, "w", options)
-    except BaseException:
-        zmap.abort()
-        raise
-    with target:
+    if not url.on_s3:
+        zmap.keep_large_chunks_beside()
+    with open_target(zmap, options) as target:
         variables = [v for g in reader.walk() for v in g.variables.values()]
         _copy_group(reader, target)
         keep_codecs(target, variables)
@@ -210,12 +210,7 @@ def _copy_staged(reader: Group, url: ParsedURL, options: FormatOptions, progress
         check_replaceable(final)  # refuse before copying anything, not after
         staging = locking.sibling_path(final, "copy")
         zmap = open_map(replace(url, path=staging), "w", lock=False)
-        try:
-            target = open_on(zmap, "w", options)
-        except BaseException:
-            zmap.abort()
-            raise
-        with target:
+        with open_target(zmap, options) as target:
             _copy_into(reader, target, progress)
         try:
             _move_into_place(staging, final)

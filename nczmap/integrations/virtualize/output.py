@@ -18,8 +18,8 @@ import numpy as np
 
 from nczmap.api import format_options
 from nczmap.errors import AccessDenied, DatasetExists, FormatError, StorageError
-from nczmap.format import Dataset, open_on
-from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs
+from nczmap.format import Dataset
+from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs, open_target
 from nczmap.integrations.virtualize.combine import Plan, loaded_values
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
 from nczmap.integrations.virtualize.sources import SourceFile
@@ -231,11 +231,7 @@ def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
 
 def _open_target(zmap, url: ParsedURL, netcdf_version: str | None) -> Dataset:
     """The format layer's new dataset on ``zmap``; the map abandoned if it cannot be made."""
-    try:
-        return open_on(zmap, "w", format_options(url, netcdf_version))
-    except BaseException:
-        zmap.abort()
-        raise
+    return open_target(zmap, format_options(url, netcdf_version))
 
 
 def _write_model(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
@@ -406,14 +402,9 @@ def write_icechunk(
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
                 source = urls[storage.source]
-                for index, entry in _entries(variable, storage, shift):
-                    key = dest.chunk_key(index)
-                    if isinstance(entry, bytes):
-                        zmap.write(key, entry)
-                        result.inline += 1
-                    else:
-                        zmap.set_virtual_ref(key, source, *entry, checksum=checksums.get(source))
-                        result.references += 1
+                for key, offset, length in _entries_written(variable, storage, shift, dest, zmap, result):
+                    zmap.set_virtual_ref(key, source, offset, length, checksum=checksums.get(source))
+                    result.references += 1
             if progress is not None:
                 progress(result.references + result.inline, result.references + result.inline)
         for file in files:
