@@ -80,7 +80,11 @@ READER = textwrap.dedent(
     except nczmap.NCZError as exc:
         print(type(exc).__name__, exc, file=sys.stderr)
         code = 1
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)  # MiB: Linux counts KiB
+    # the peak of this process's own memory: VmHWM starts afresh at exec, while ru_maxrss keeps the
+    # parent's peak when the parent forked (a pytest process grown large would fail every bomb)
+    with open("/proc/self/status") as status:
+        peak = [int(line.split()[1]) for line in status if line.startswith("VmHWM:")]
+    print((peak[0] if peak else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) // 1024)  # MiB
     sys.exit(code)
     """
 )
