@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import nczmap
@@ -69,6 +69,7 @@ def _orthogonal(values: np.ndarray, selection: tuple) -> np.ndarray:
 
 
 ARRAY_SELECTIONS = [
+    ([3, 0, 4, 5], [4, 5, 6, 7]),  # a whole chunk placed apart in the output: once read into a copy
     ([6, 0, 3, 3], slice(None)),
     (np.array([1, 2, 5]), np.array([9, 0, 4, 4, -1])),
     (np.arange(7) % 2 == 0, [2, 3, 4, 5]),
@@ -77,9 +78,21 @@ ARRAY_SELECTIONS = [
 ]
 
 
+POISON = -123456789  # what "uninitialised" output holds in these tests: every element must be written
+
+
+def _poisoned(monkeypatch) -> None:
+    """Reads allocate their output filled with POISON, not np.empty's reused memory (which may happen to
+    hold the right values from an earlier read, and did hide a read into a copy of the output)."""
+    from nczmap.format.variable import Variable
+
+    monkeypatch.setattr(Variable, "_allocate", lambda self, shape: np.full(shape, POISON, dtype=self.dtype))
+
+
 @pytest.mark.parametrize("selection", ARRAY_SELECTIONS, ids=repr)
-def test_array_indices_read_orthogonally(stored, selection):
+def test_array_indices_read_orthogonally(stored, selection, monkeypatch):
     url, values = stored
+    _poisoned(monkeypatch)
     with nczmap.open_dataset(url) as ds:
         got = ds.variables["v"][selection]
     assert np.array_equal(got, _orthogonal(values, selection))
@@ -90,6 +103,7 @@ def test_array_indices_read_orthogonally(stored, selection):
     st.lists(st.integers(-7, 6), max_size=9),
     st.lists(st.booleans(), min_size=10, max_size=10),
 )
+@example(rows=[1, 3, -6, -5, 4, -2, 6, -7, -7], columns=[False] + [True] * 9)
 def test_any_array_index_reads_what_numpy_reads(tmp_path_factory, rows, columns):
     values = np.arange(7 * 10, dtype="<i4").reshape(7, 10)
     url = str(tmp_path_factory.mktemp("outer") / "v.file")
@@ -98,7 +112,8 @@ def test_any_array_index_reads_what_numpy_reads(tmp_path_factory, rows, columns)
         ds.create_dimension("y", 10)
         ds.create_variable("v", ("x", "y"), "i4", chunks=(3, 4), data=values)
     selection = (np.array(rows, dtype=int), np.array(columns))
-    with nczmap.open_dataset(url) as ds:
+    with pytest.MonkeyPatch.context() as monkeypatch, nczmap.open_dataset(url) as ds:
+        _poisoned(monkeypatch)
         assert np.array_equal(ds.variables["v"][selection], _orthogonal(values, selection))
 
 

@@ -171,8 +171,11 @@ class Variable:
         decoded = []
         for chunk_index, (out_ix, in_ix) in plan:
             out_index = as_index(out_ix)
-            target = out[out_index]
-            if self._direct(in_ix) and isinstance(out_index, tuple) and target.flags.c_contiguous:
+            # only a view of ``out`` can be read into: an index array (a selection repeating or reordering
+            # along a dimension) makes a copy, which would be filled and dropped
+            basic = isinstance(out_index, tuple) and all(isinstance(i, slice | int) for i in out_index)
+            target = out[out_index] if basic else None
+            if basic and self._direct(in_ix) and target.flags.c_contiguous:
                 direct.append((self.chunk_key(chunk_index), out_index, target))
             else:
                 decoded.append(lambda c=chunk_index, o=out_index, i=in_ix: self._decode_into(out, c, o, i))
