@@ -21,7 +21,10 @@ Record files are written as kerchunk writes them (``kerchunk.df.refs_to_datafram
 fastparquet): ``record_size`` rows each (the last padded), ``path`` text (nullable, dictionary-encoded
 pages), ``offset`` and ``size`` int64 declared not null, ``raw`` binary (nullable), zstd, and the ``pandas``
 schema metadata fastparquet needs to read ``offset``/``size`` as integers; only records holding something
-are written (an absent record is all missing chunks, to fsspec as to nczmap).
+are written (an absent record is all missing chunks, to fsspec as to nczmap). Saving a manifest over the
+reference set it was loaded from (``dump(..., keep=)``) writes only the records whose chunks changed: the
+others are kept as they are, unread, when the layout is unchanged or the array grew along its first axis
+(C-order chunk numbers unchanged); any other change of an array's chunk grid lays its table out again.
 
 nczmap's source-validation data goes under a top-level ``"nczmap"`` key of ``.zmetadata``
 (``{"sources": {...}}``), which fsspec ignores.
@@ -43,7 +46,7 @@ from typing import NamedTuple
 
 from nczmap._lazy import numpy as np
 from nczmap._version import __version__
-from nczmap.errors import DatasetNotFound, FormatError, KeyNameError
+from nczmap.errors import DatasetNotFound, FormatError, KeyNameError, StorageError
 from nczmap.manifest.model import (
     INLINE,
     MAX_CHUNKS,
@@ -100,6 +103,7 @@ PANDAS_METADATA = _pandas_metadata()
 Reader = Callable[[str], "bytes | None"]
 Writer = Callable[[str, bytes], None]
 Lister = Callable[[str], "list[str] | None"]  # names in a directory of the reference set (None: cannot list)
+Keeper = Callable[[str], None]  # keep the record file of this name as it is in the saved version
 RECORD_FILE = re.compile(r"refs\.(0|[1-9][0-9]{0,30})\.parq")
 
 
@@ -112,11 +116,17 @@ def record_name(array: str, record: int) -> str:
 
 
 # ============================================================================================== loading
-def load(read: Reader, where: str, listdir: Lister | None = None) -> Manifest:
+def load(
+    read: Reader, where: str, listdir: Lister | None = None, replaced: Callable[[], bool] | None = None
+) -> Manifest:
     """The manifest in the Parquet reference directory whose files ``read(name)`` returns (None if
     absent); ``where`` names the directory in errors. Only ``.zmetadata`` is read now: record files are
     read when their chunks are asked for; ``listdir(array)`` (the names in an array's directory) says
-    which exist when chunks are listed (without it, every record of the grid is tried, up to PROBED)."""
+    which exist when chunks are listed (without it, every record of the grid is tried, up to PROBED).
+
+    ``replaced()`` says whether the directory read has been removed (or is being removed) since: then a
+    record found absent, or a listing, may be short of what the version held, and is a StorageError
+    rather than missing chunks (which would read as fill values)."""
     where = where.rstrip("/")
     place = f"{where}/{METADATA}"
     data = read(METADATA)
@@ -149,7 +159,7 @@ def load(read: Reader, where: str, listdir: Lister | None = None) -> Manifest:
     extension = document.get(EXTENSION)
     read_extension(manifest, extension, where)
     for array, grid in grids.items():
-        records = _Records(read, where, array, grid, record_size, listdir)
+        records = _Records(read, where, array, grid, record_size, listdir, replaced)
         manifest.arrays[array] = ArrayReferences(grid, ".", record_size, records, manifest.cache)
     return manifest
 
@@ -158,11 +168,23 @@ class _Records:
     """The record files of one array, the pages of its table (a ``PageSource``)."""
 
     def __init__(
-        self, read: Reader, where: str, array: str, grid: tuple[int, ...], size: int, listdir: Lister | None
+        self,
+        read: Reader,
+        where: str,
+        array: str,
+        grid: tuple[int, ...],
+        size: int,
+        listdir: Lister | None,
+        replaced: Callable[[], bool] | None = None,
     ) -> None:
         self.read, self.where, self.array, self.size, self.listdir = read, where, array, size, listdir
+        self.replaced = replaced
         self.count = math.prod(grid)
         self.records = -(-self.count // size)  # a Python int: a grid of 2**63 chunks allocates nothing
+
+    def rows(self, number: int) -> int:
+        """The rows of record ``number`` that are chunks of the grid (0: no such record)."""
+        return min(self.size, self.count - number * self.size) if 0 <= number < self.records else 0
 
     def load(self, number: int) -> Page | None:
         if not 0 <= number < self.records:
@@ -170,13 +192,24 @@ class _Records:
         name = record_name(self.array, number)
         data = self.read(name)
         if data is None:
+            self._check_held(f"its record file {name!r} is gone")
             return None
-        need = min(self.size, self.count - number * self.size)
+        need = self.rows(number)
         return _page(number * self.size, _decode_record(data, f"{self.where}/{name}", need, self.size))
+
+    def _check_held(self, what: str) -> None:
+        """Refuse to go on when the directory read was removed: ``what`` may be its removal, not the
+        version's content (an absent record would read as fill values: silently wrong data)."""
+        if self.replaced is not None and self.replaced():
+            raise StorageError(
+                f"the manifest {self.where} was replaced while open and the version this map was reading "
+                f"has been removed ({what}): open it again"
+            )
 
     def numbers(self) -> Iterable[int]:
         names = self.listdir(self.array) if self.listdir is not None else None
         if names is not None:
+            self._check_held("its records cannot be listed")
             found = (RECORD_FILE.fullmatch(name) for name in names)
             return sorted(n for n in (int(m.group(1)) for m in found if m) if n < self.records)
         if self.records > PROBED:
@@ -419,10 +452,17 @@ def _is_int(value: object) -> bool:
 
 
 # ============================================================================================== writing
-def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> dict[str, set[int]]:
+def dump(
+    manifest: Manifest, write: Writer, record_size: int | None = None, keep: Keeper | None = None
+) -> dict[str, set[int]]:
     """Write ``manifest`` as a Parquet reference set through ``write(name, data)``: the record files that
-    hold something, then ``.zmetadata``; returns the records written per array (any other record file of
-    those arrays left from an earlier save must be removed: it would be read).
+    hold something, then ``.zmetadata``; returns the records written (or kept) per array (any other record
+    file of those arrays left from an earlier save must be removed: it would be read).
+
+    ``keep(name)``: the manifest is being saved over the reference set it was loaded from, and a record
+    file this session did not change is kept as it is (linked into the new version, or left in place)
+    instead of being read and written again: only the records whose chunks changed are read. Without it,
+    every record is read and written.
 
     ``record_size``: the manifest's own (a Parquet manifest saved in place keeps its layout), else
     RECORD_SIZE. Chunks come from the manifest's tables (read a record at a time, so a manifest saved in
@@ -474,7 +514,7 @@ def dump(manifest: Manifest, write: Writer, record_size: int | None = None) -> d
 
     written: dict[str, set[int]] = {}
     for array, table in tables.items():
-        written[array] = _write_records(array, table, loose.get(array, {}), record_size, write)
+        written[array] = _write_records(array, table, loose.get(array, {}), record_size, write, keep)
     document: dict[str, object] = {"metadata": dict(sorted(metadata.items())), "record_size": record_size}
     extension = extension_of(manifest)
     if extension:
@@ -527,12 +567,24 @@ _NOT_A_REFERENCE = Reference("", 0, 0)  # stands for inline data in the referenc
 
 
 def _write_records(
-    array: str, table: ArrayReferences, loose: dict[int, Page], record_size: int, write: Writer
+    array: str,
+    table: ArrayReferences,
+    loose: dict[int, Page],
+    record_size: int,
+    write: Writer,
+    keep: Keeper | None = None,
 ) -> set[int]:
     """Write every record of ``table`` (pages of ``record_size`` chunks) that holds something, with the
-    ``loose`` chunks (pages by record number) over it; the records written."""
+    ``loose`` chunks (pages by record number) over it, or ``keep`` it when it is the source's record
+    unchanged; the records written or kept."""
     numbers = sorted(set(table.numbers()) | set(loose))
     written = set()
+    if keep is not None:
+        kept = [n for n in numbers if n not in loose and _unchanged(array, table, n, record_size)]
+        for number in kept:
+            keep(record_name(array, number))
+        written.update(kept)
+        numbers = [n for n in numbers if n not in written]
     for number, page in table._pages(numbers, changed=True):
         if number in loose:
             over = loose[number]
@@ -545,6 +597,21 @@ def _write_records(
         write(record_name(array, number), _record(page, array, table, need, record_size))
         written.add(number)
     return written
+
+
+def _unchanged(array: str, table: ArrayReferences, number: int, record_size: int) -> bool:
+    """Whether record ``number`` of ``table`` is its source's record file as it is: the array's own
+    records, in the same layout (``table`` is the loaded one, or :meth:`ArrayReferences.regridded` along its
+    first dimension: chunk numbers unchanged), nothing changed in the page, and as many rows of it chunks
+    of the grid as before (a last record that was partial is written again: its padding rows are chunks
+    now)."""
+    source = table.source
+    if not isinstance(source, _Records) or source.array != array or source.size != record_size:
+        return False
+    if table.page_size != record_size or not table.stored(number):
+        return False
+    rows = source.rows(number)
+    return rows > 0 and rows == min(record_size, table.count - number * record_size)
 
 
 def _entries(page: Page) -> list[Entry | None]:
@@ -574,21 +641,28 @@ def _writable_table(manifest: Manifest, array: str, key: str, record_size: int) 
         return ArrayReferences(grid, ".", record_size)
     if held.grid == grid and held.page_size == record_size:
         return held
+    if held.page_size == record_size and _grown_along_first(held.grid, grid):
+        return held.regridded(grid)  # every chunk keeps its number: its records need not be read
     if max(held.count, math.prod(grid)) >= MAX_CHUNKS:
         raise FormatError(f"array {array!r}: a grid of {math.prod(grid)} chunks cannot be laid out again")
-    return _repaged(held.materialised(), array, key, grid, record_size)
+    return _repaged(held.materialised(), grid, record_size)
 
 
-def _repaged(
-    whole: ArrayReferences, array: str, key: str, grid: tuple[int, ...], record_size: int
-) -> ArrayReferences:
-    """A table held in one page, over ``grid`` (chunks keep their names: a chunk outside it is dropped, a
-    reference outside it an error) in pages of ``record_size`` chunks."""
+def _grown_along_first(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+    """Whether grid ``new`` is ``old`` grown along its first dimension only (an append)."""
+    return len(old) == len(new) > 0 and new[1:] == old[1:] and new[0] > old[0]
+
+
+def _repaged(whole: ArrayReferences, grid: tuple[int, ...], record_size: int) -> ArrayReferences:
+    """A table held in one page, over ``grid`` in pages of ``record_size`` chunks. Chunks keep their
+    names; one outside ``grid`` is dropped, reference or not: the table was built over the grid of the
+    ``.zarray`` then, so the ``.zarray`` was changed since (a new chunk shape, a smaller shape), and no
+    reader would read such a chunk."""
     page = whole.page(0) or Page.empty()
     flats, at = page.held()
     inline = {int(flat): data for flat, data in page.inline.items()}
     if whole.grid != grid:  # the .zarray changed shape since the table was made (rare, so per chunk)
-        moved = np.array([_moved(whole, int(f), grid, array, key, page) for f in flats.tolist()], np.int64)
+        moved = chunk_numbers([whole.name(f) for f in flats.tolist()], grid)
         inside = moved >= 0
         pairs = zip(flats.tolist(), moved.tolist(), strict=True)
         inline = {m: inline[f] for f, m in pairs if f in inline and m >= 0}
@@ -608,16 +682,6 @@ def _repaged(
         columns = (page.where[positions], page.offsets[positions], page.lengths[positions])
         table.hold(number, Page.build(start, rows, *columns, page.urls, held_inline))
     return table
-
-
-def _moved(whole: ArrayReferences, flat: int, grid: tuple[int, ...], array: str, key: str, page: Page) -> int:
-    name = whole.name(flat)
-    moved = chunk_position(name, grid)
-    if moved is None:
-        if isinstance(page.get(flat), Reference):
-            raise FormatError(f"chunk {array}/{name} lies outside the grid of {key!r}")
-        return -1
-    return moved
 
 
 def _record(page: Page, array: str, table: ArrayReferences, need: int, record_size: int) -> bytes:

@@ -410,6 +410,25 @@ class ArrayReferences:
             loaded = run_bounded(tasks, WIDTH)
         return zip(numbers, loaded, strict=True)  # type: ignore[arg-type]
 
+    def stored(self, number: int) -> bool:
+        """Whether page ``number`` is exactly what its source holds (loaded or not, nothing changed in it
+        this session): a save may keep the source's record as it is, without reading it."""
+        return self.source is not None and number not in self._held and number not in self._changes
+
+    def regridded(self, grid: tuple[int, ...]) -> ArrayReferences:
+        """This table over ``grid``, which differs from its own in the first dimension only (an array
+        grown along its first axis): every chunk keeps its number in C order, so the pages are shared as
+        they are, the source's included, and nothing is read or copied."""
+        grid = tuple(grid)
+        if len(grid) != len(self.grid) or grid[1:] != self.grid[1:]:
+            raise ValueError(f"{grid} is not {self.grid} along its first dimension only")
+        copy = ArrayReferences(grid, self.separator, self.page_size, self.source, self._cache)
+        copy._token = self._token  # the same pages: those cached serve both
+        with self._lock:
+            copy._held = dict(self._held)
+            copy._changes = {number: dict(changes) for number, changes in self._changes.items()}
+        return copy
+
     def present(self) -> Iterator[int]:
         """Chunk numbers holding something, in order (every page is read: listing costs the references)."""
         for number, page in self.pages():
@@ -457,7 +476,7 @@ class ArrayReferences:
             remap = np.array([numbers.setdefault(u, len(numbers)) for u in page.urls] + [0], dtype=np.int64)
             where = page.where[at].astype(np.int64)
             columns[0].append(rows.astype(np.int64) + start)
-            columns[1].append(np.where(where >= 0, remap[where], where))
+            columns[1].append(np.where(where >= 0, remap[np.maximum(where, 0)], where))  # INLINE: -2
             columns[2].append(page.offsets[at])
             columns[3].append(page.lengths[at])
             inline.update({start + row: data for row, data in page.inline.items()})
@@ -481,6 +500,8 @@ def extension_of(manifest: Manifest) -> dict[str, object]:
         extension["source_format"] = manifest.source_format
     if manifest.checksums:
         extension["crc32c"] = dict(sorted(manifest.checksums.items()))
+    if manifest.virtualize is not None:
+        extension["virtualize"] = manifest.virtualize
     return extension
 
 
@@ -495,6 +516,8 @@ def read_extension(manifest: Manifest, extension: object, where: str) -> None:
         manifest.source_format = extension["source_format"]
     if "crc32c" in extension:
         manifest.checksums.update(checked_checksums(extension["crc32c"], where))
+    if "virtualize" in extension:
+        manifest.virtualize = extension["virtualize"]  # checked where it is used (an append)
 
 
 def checked_checksums(checksums: object, where: str) -> dict[str, int]:
@@ -519,6 +542,7 @@ class Manifest:
         self.record_size: int | None = None  # a Parquet manifest's, kept when it is saved in place
         self.source_format: str | None = None  # "netcdf3" when made of netCDF-3 files (ncdump shows it)
         self.checksums: dict[str, int] = {}  # key -> crc32c of the bytes its reference names (optional)
+        self.virtualize: object = None  # how virtualize made it (for appends; see virtualize.append)
         self.cache = PageCache()  # pages of every table loaded on demand
         self._sorted: list[str] | None = None
 

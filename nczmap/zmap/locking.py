@@ -10,6 +10,12 @@ lock next finds the old text there (:attr:`WriterLock.stale`) and cleans up what
 Readers (mode ``r``) never take it. ``flock`` belongs to an open file description, so a second writable
 map in the same process is locked out too. A busy lock is retried until ``NCZMAP_LOCK_TIMEOUT`` seconds
 (default 5) have passed, then :class:`~nczmap.errors.DatasetLocked` names the dataset and the holder.
+
+What a holder stages beside the dataset has a reserved name of one of :data:`_SIBLING_KINDS` (see
+:func:`sibling_path`). Only a lock holder makes or removes them, so whoever holds the lock may remove any it
+finds: :func:`acquire` does when the previous holder died, and on every acquisition with ``clean=True``
+(a Parquet manifest's writer leaves the version it replaced beside it, for the readers still holding it,
+until the next writer comes).
 """
 
 from __future__ import annotations
@@ -29,9 +35,15 @@ DEFAULT_TIMEOUT = 5.0
 _POLL = 0.05
 _RECORD_WAIT = 0.5  # how long a refused writer waits for a new holder to record who it is
 _NAME_MAX = 200  # bytes of a dataset name kept in reserved names (255 at most in all)
-# Staged siblings of a dataset named N, made only by the holder of N's lock: a copy being built
-# ("copy"), the previous dataset moved aside by a copy ("old"), a zip archive being committed ("commit").
-_SIBLING_KINDS = ("copy", "old", "commit")
+# Staged siblings of a dataset named N, made only by the holder of N's lock: a copy or a new version being
+# built ("copy"), the previous dataset moved aside while the new one is moved in ("old": put back if the
+# dataset is missing), a file being committed ("commit"), a replaced version kept for the readers that hold
+# it until the next writer ("retired": never put back).
+_SIBLING_KINDS = ("copy", "old", "commit", "retired")
+# A staged directory's file removed before anything else in it: a Parquet manifest's .zmetadata, whose
+# absence tells a reader still holding the directory that the version it reads is being removed (so that a
+# record file found missing is not taken for a record of missing chunks).
+_REMOVED_FIRST = ".zmetadata"
 
 
 def lock_timeout() -> float:
@@ -64,8 +76,8 @@ def lock_path(dataset: str) -> str:
 
 
 def sibling_path(dataset: str, kind: str) -> str:
-    """A new staging path of ``kind`` (``copy``, ``old``, ``commit``) beside ``dataset`` (a real path), of
-    the form ``.nczmap-tmp-<kind>-<16 hex digits>-<name>``: what :func:`acquire` cleans up after a crash."""
+    """A new staging path of ``kind`` (``copy``, ``old``, ``commit``, ``retired``) beside ``dataset`` (a real
+    path), of the form ``.nczmap-tmp-<kind>-<16 hex digits>-<name>``: what :func:`acquire` cleans up."""
     if kind not in _SIBLING_KINDS:
         raise ValueError(f"unknown staging kind {kind!r}")
     parent, name = os.path.split(dataset)
@@ -99,11 +111,12 @@ class WriterLock:
         return f"<WriterLock {self.dataset!r} ({'held' if self._fd is not None else 'released'})>"
 
 
-def acquire(dataset: str, timeout: float | None = None) -> WriterLock:
+def acquire(dataset: str, timeout: float | None = None, *, clean: bool = False) -> WriterLock:
     """Take the writer lock of the local dataset at ``dataset`` (which need not exist yet).
 
     Waits up to ``timeout`` seconds (default :func:`lock_timeout`) for another writer to finish, then raises
-    :class:`DatasetLocked`. Stale staging files beside the dataset left by a dead holder are removed.
+    :class:`DatasetLocked`. Staging files beside the dataset left by a dead holder are removed, and with
+    ``clean`` those any earlier holder left (a version it replaced, kept for its readers).
     """
     real = os.path.realpath(dataset)
     path = lock_path(real)
@@ -137,7 +150,7 @@ def acquire(dataset: str, timeout: float | None = None) -> WriterLock:
             os.close(fd)
         raise
     lock = WriterLock(real, path, fd, stale=bool(previous.strip()))
-    if lock.stale:
+    if lock.stale or clean:
         try:
             _clean_siblings(real)
         except BaseException:
@@ -216,9 +229,16 @@ def _clean_siblings(real: str) -> None:
         ]
     for kind, path in sorted(found, key=lambda item: item[0] != "old"):
         if kind == "old" and not os.path.lexists(real):
-            os.rename(path, real)  # the copy died between moving the old dataset aside and the new one in
+            os.rename(path, real)  # the writer died between moving the old dataset aside and the new one in
         elif os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_tree(path)
         else:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+def remove_tree(path: str) -> None:
+    """Remove the staged directory ``path``, its ``.zmetadata`` first (see :data:`_REMOVED_FIRST`)."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        os.unlink(os.path.join(path, _REMOVED_FIRST))
+    shutil.rmtree(path, ignore_errors=True)

@@ -14,6 +14,15 @@ callers' buffers (local files) or one ranged request (S3), and run the spans con
 Writes change the manifest (saved atomically at ``close``): metadata objects and small chunks are stored
 inline, :meth:`ManifestMap.set_reference` adds references; chunk data too large to inline is refused with
 a pointer to ``nczmap copy``, which materialises a virtual dataset into real storage.
+
+One writer at a time: a local manifest opened for writing (``r+``, ``a``, ``w``) holds its writer lock
+(:mod:`nczmap.zmap.locking`) from before it reads anything until it is closed or aborted, so what it saves
+replaces the version it read. A JSON manifest is saved as a new file renamed over the old one; a Parquet
+manifest as a new directory swapped with the old one (:mod:`nczmap.zmap.manifest_save`), whose unchanged
+record files it shares. The version replaced stays beside the manifest until the next writer, for the
+readers that still hold it. S3 manifests take no lock (S3 has none): one writer at a time is the user's
+business there, a Parquet manifest on S3 is saved in place (changed record files, then ``.zmetadata``,
+then stale records removed: not atomic), and appending to an S3 manifest is not supported.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from nczmap.concurrency import run_all
 from nczmap.errors import (
     AccessDenied,
     DataError,
+    DatasetExists,
     DatasetNotFound,
     EmptyError,
     FormatError,
@@ -73,7 +83,9 @@ class ManifestMap(ZMap):
         containers: object = None,
         gap: int | None = None,
         mtime_tolerance: float | None = None,
+        lock: bool = True,
     ) -> None:
+        """``lock=False`` skips the writer lock: only for a caller that holds the manifest's lock itself."""
         super().__init__(url, mode)
         # Relative references resolve against the manifest's directory, the container granted by default
         # (unless it is a home directory or an ancestor of one: see _default_container).
@@ -94,11 +106,16 @@ class ManifestMap(ZMap):
         self._dirty = mode == "w"
         self._index: KeyIndex | None = None
         self._store = None  # the obstore store holding an S3 manifest
+        self._writer_lock = None
         try:
+            if lock and mode != "r" and not url.on_s3:
+                self._writer_lock = _writer_lock(url.path, mode)  # before anything is read
             self.manifest = self._load()
         except BaseException:
             if self._manifest_directory is not None:
                 self._manifest_directory.close()
+            if self._writer_lock is not None:
+                self._writer_lock.release()
             raise
         if tolerance:
             _tolerate(self.manifest.sources, tolerance)
@@ -107,23 +124,67 @@ class ManifestMap(ZMap):
     def reopen_options(self) -> dict[str, object]:
         return dict(self._options)
 
+    def reopen_recipe(self) -> tuple | None:
+        if not self.readonly:
+            # Each process would save its own version of the manifest at close: all but one would be lost.
+            raise StorageError(
+                f"{self.location} is a manifest open for writing: it cannot be shared with other processes "
+                "(each would save its own version of it); write it from one process"
+            )
+        return super().reopen_recipe()
+
     # ----------------------------------------------------------------- the manifest itself
     def _load(self) -> Manifest:
         if self.mode == "w":
+            self._check_replaceable()
             return Manifest()
         try:
             if self.parquet:
                 from nczmap.manifest import kerchunk_parquet
 
-                return kerchunk_parquet.load(self._read_file, self.location, self._list_directory)
+                replaced = None if self.url.on_s3 else self._replaced
+                return kerchunk_parquet.load(self._read_file, self.location, self._list_directory, replaced)
             data = self._read_file(None)
             if data is None:
                 raise DatasetNotFound(f"no manifest at {self.location}")
             return kerchunk_json.load(data, self.location)
         except DatasetNotFound:
             if self.mode == "a":
+                self._check_replaceable()
                 return Manifest()
             raise
+
+    def _check_replaceable(self) -> None:
+        """Refuse to create a Parquet manifest over a local directory holding something else: the save
+        replaces the whole directory (and the next writer removes what it replaced)."""
+        if self.url.on_s3 or not self.parquet:
+            return
+        from nczmap.zmap.manifest_save import replaceable
+
+        path = self.url.path
+        if not replaceable(path):
+            raise DatasetExists(
+                f"refusing to create a Parquet manifest over {path!r}: it is not an empty directory, nor "
+                "one holding a reference set or Zarr store (.zmetadata, .zgroup, .zarray...)"
+            )
+
+    def _replaced(self) -> bool:
+        """Whether the Parquet manifest directory this map reads was removed, or is being removed, since it
+        was opened (a later writer saved a new version, and the writer after it removed this one). Its
+        ``.zmetadata`` is removed first (``locking.remove_tree``), so a record file found absent while
+        ``.zmetadata`` is still there was absent in the version read: a record of missing chunks."""
+        directory = self._manifest_directory
+        if directory is None:
+            return False
+        try:
+            if os.fstat(directory.fd).st_nlink == 0:
+                return True
+            os.stat(".zmetadata", dir_fd=directory.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False
+        return False
 
     @property
     def parquet(self) -> bool:
@@ -177,7 +238,8 @@ class ManifestMap(ZMap):
         return self._manifest_directory.open_file(name.split("/"), name)
 
     def _write_file(self, name: str | None, data: bytes) -> None:
-        """Replace the manifest (``name`` None) or one file of a Parquet manifest, atomically each."""
+        """Replace the manifest (``name`` None) or one file of a Parquet manifest on S3, atomically each (a
+        local file through a temporary sibling that the next writer removes if this one dies)."""
         url = self.url
         path = url.path if name is None else f"{url.path.rstrip('/')}/{name}"
         if url.on_s3:
@@ -189,12 +251,19 @@ class ManifestMap(ZMap):
                 error = byteranges.store_error(exc, f"write the manifest {self.location}", url.bucket)
                 raise error or StorageError(f"cannot write the manifest {self.location}") from exc
             return
-        temp = f"{path}.nczmap-tmp-{os.urandom(6).hex()}"
+        from nczmap.zmap import locking
+        from nczmap.zmap.manifest_save import sync_directory
+
+        real = os.path.realpath(path)
+        temp = locking.sibling_path(real, "commit")
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.makedirs(os.path.dirname(real), exist_ok=True)
             with open(temp, "xb") as handle:
                 handle.write(data)
-            os.replace(temp, path)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, real)
+            sync_directory(os.path.dirname(real))
         except OSError as exc:
             remove_if_present(temp)
             raise from_os_error(exc, f"cannot write the manifest {path!r}") from exc
@@ -219,29 +288,34 @@ class ManifestMap(ZMap):
                     f"cannot list {prefix!r} of the manifest {self.location}"
                 ) from exc
         try:
-            return os.listdir(path)
+            if self._manifest_directory is None:
+                return os.listdir(path)
+            # the directory read from: after a save swapped in a new version, this map still reads its own
+            fd = self._manifest_directory.open_directory(name.split("/"), name)
+            try:
+                return os.listdir(fd)
+            finally:
+                os.close(fd)
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
+            if isinstance(exc, NCZError):
+                raise
             raise from_os_error(exc, f"cannot list {path!r} of the manifest") from exc
 
     def _remove_file(self, name: str) -> None:
-        """Remove one file of a Parquet manifest's directory (a record no longer holding anything)."""
+        """Remove one file of a Parquet manifest's directory on S3 (a record no longer holding anything)."""
+        import obstore
+
         url = self.url
         path = f"{url.path.rstrip('/')}/{name}"
-        if url.on_s3:
-            import obstore
-
-            try:
-                obstore.delete(self._manifest_store(), path.strip("/"))
-            except Exception as exc:
-                error = byteranges.store_error(
-                    exc, f"remove {path!r} of the manifest {self.location}", url.bucket
-                )
-                if error is not None:
-                    raise error from exc
-            return
-        remove_if_present(path)
+        try:
+            obstore.delete(self._manifest_store(), path.strip("/"))
+        except Exception as exc:
+            what = f"remove {path!r} of the manifest {self.location}"
+            error = byteranges.store_error(exc, what, url.bucket)
+            if error is not None:
+                raise error from exc
 
     def _manifest_store(self):
         if self._store is None:
@@ -249,10 +323,15 @@ class ManifestMap(ZMap):
         return self._store
 
     def _save(self) -> None:
-        if self.parquet:
+        if self.parquet and not self.url.on_s3:
+            from nczmap.zmap.manifest_save import save_parquet
+
+            save_parquet(self.manifest, os.path.realpath(self.url.path), self._manifest_directory)
+        elif self.parquet:
             from nczmap.manifest import kerchunk_parquet
 
-            written = kerchunk_parquet.dump(self.manifest, self._write_file)
+            # in place: the records this session did not change stay as they are
+            written = kerchunk_parquet.dump(self.manifest, self._write_file, keep=lambda name: None)
             for array, records in written.items():  # records left from an earlier save would be read
                 for name in self._list_directory(array) or ():
                     match = kerchunk_parquet.RECORD_FILE.fullmatch(name)
@@ -347,24 +426,28 @@ class ManifestMap(ZMap):
         try:
             for source in self._sources.values():
                 source.close()
-            for directory in [*self._directories.values(), self._manifest_directory]:
-                if directory is not None:
-                    directory.close()
-            self._directories.clear()
-            self._manifest_directory = None
             if delete:
                 if not self.url.on_s3:
                     remove_if_present(self.url.path)
             elif self._dirty:
                 if self._sidecar is not None and (recorded := self._sidecar.commit()) is not None:
                     self.manifest.sources[self._sidecar.url] = recorded
-                self._save()
+                self._save()  # reads changed records from, and links the others out of, the directory held
                 if self._sidecar is not None:  # only now: the saved manifest no longer names them
                     remove_unreferenced(self.url.path, self.manifest.sources)
         finally:
             self._sources.clear()
-            if self._sidecar is not None:
-                self._sidecar.discard()
+            try:
+                if self._sidecar is not None:
+                    self._sidecar.discard()
+                for directory in [*self._directories.values(), self._manifest_directory]:
+                    if directory is not None:
+                        directory.close()
+                self._directories.clear()
+                self._manifest_directory = None
+            finally:
+                if self._writer_lock is not None:
+                    self._writer_lock.release()
 
     def abort(self) -> None:
         self._dirty = False
@@ -634,6 +717,17 @@ class ManifestMap(ZMap):
                 view = buffer if len(buffer) == length else buffer[:length]  # no copy, no numpy call
                 if crc32c(view) != expected:
                     _verify(keys[index], bytes(view), expected, source.name)
+
+
+def _writer_lock(path: str, mode: str):
+    """The writer lock of the local manifest at ``path``, removing what earlier writers left beside it
+    (versions they replaced, kept for readers; what a killed one staged, putting back a manifest it had
+    moved aside); none for ``r+`` in a directory that does not exist (it fails to load, creating nothing)."""
+    if mode == "r+" and not os.path.isdir(os.path.dirname(os.path.realpath(path))):
+        return None
+    from nczmap.zmap import locking  # writers only
+
+    return locking.acquire(path, clean=True)
 
 
 class _Holding:

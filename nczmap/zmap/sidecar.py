@@ -8,7 +8,8 @@ written as a temporary file, renamed to its own name just before the manifest is
 in the manifest (size and modification time). Files no manifest entry names any more are removed after
 the manifest is saved. So a writer killed at any moment leaves the previous manifest and every file it
 names intact: at worst a temporary file or an unreferenced chunk file remains, removed by the next
-writer of the manifest.
+writer of the manifest. Both happen under the manifest's writer lock (local manifests, the only ones
+with chunk files), so one writer never removes another's file being written.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class Sidecar:
 
 def remove_unreferenced(manifest_path: str, referenced: Container[str]) -> None:
     """Remove the chunk files beside ``manifest_path`` whose ``file://`` URL is not in ``referenced`` (the
-    saved manifest's sources), and temporary ones a dead writer left. Run after the manifest is saved."""
+    saved manifest's sources), and temporary ones a dead writer left. Run after the manifest is saved, by
+    the holder of its writer lock."""
     base = os.path.realpath(manifest_path.rstrip("/"))
     pattern = glob.escape(base) + ".*" + SUFFIX
     for path in glob.glob(pattern) + glob.glob(pattern + TEMP + "*"):
