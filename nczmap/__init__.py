@@ -34,6 +34,8 @@ __all__ = [
     "ReadOnlyError",
     "StorageError",
     "URLError",
+    "VirtualizeResult",
+    "VirtualizeWarning",
     "ZMap",
     "ZarrStore",
     "__version__",
@@ -42,6 +44,7 @@ __all__ = [
     "open_map",
     "parse_url",
     "to_nczarr",
+    "virtualize",
 ]
 
 # Loaded on first use, so that `nczmap search` and other zmap-only work start quickly.
@@ -52,6 +55,9 @@ _LAZY = {
     "open_dataset": "nczmap.api",
     "ZarrStore": "nczmap.integrations.zarr_store",  # imports zarr
     "to_nczarr": "nczmap.integrations.xarray_writer",
+    "virtualize": "nczmap.integrations.virtualize",
+    "VirtualizeResult": "nczmap.integrations.virtualize",
+    "VirtualizeWarning": "nczmap.integrations.virtualize",
 }
 
 

@@ -75,10 +75,11 @@ def _virtualize(args: argparse.Namespace) -> None:
             netcdf_version=args.netcdf_version,
             progress=terminal_progress("virtualizing", unit="chunks"),
             new_dim=args.new_dim,
-            load=args.load,
+            load=args.load or None,
             skip_mismatched=args.skip_mismatched,
-            checksums=args.checksums,
+            checksums=args.checksums or None,
             reading=terminal_progress("reading sources", unit="files"),
+            append=args.append,
             **options,
         )
     for refusal in result.refused:
@@ -269,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="record the crc32c of every referenced range (read once now), checked on every read: a source "
         "rewritten in place is then detected even with its size and modification time restored",
+    )
+    virtual.add_argument(
+        "--append",
+        action="store_true",
+        help="add SRC... to the existing dataset DST (a manifest or Icechunk repository virtualize made), "
+        "parsing only them and joining them as DST records (its --concat/--new-dim and options)",
     )
     virtual.set_defaults(run=_virtualize)
     return parser

@@ -467,6 +467,8 @@ def test_concat_loads_a_variable_whose_chunks_do_not_fit_a_file(tmp_path):
     write_part(parts[1], 5, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error", VirtualizeWarning)  # nothing is left out, so nothing to warn about
+        warnings.filterwarnings("ignore", "variables not along the joined dimension differ.*/static")
+        warnings.filterwarnings("ignore", r"attributes that differ .*\(/: title\)")  # each part its own
         result = virtualize(parts, tmp_path / "refs.json", concat="time")
     assert result.refused == [] and sorted(result.loaded) == ["/columns", "/field", "/time"]
     with nczmap.open_dataset(manifest_url(tmp_path / "refs.json")) as ds:

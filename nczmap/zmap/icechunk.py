@@ -128,6 +128,8 @@ class IcechunkMap(ZMap):
         self._new_containers = list(virtual_containers)
         self._options = {"containers": containers, "message": message}
         self._pending: dict[str, bytes] = {}  # chunk keys written before their array's zarr.json
+        self.commit_metadata: dict | None = None  # stored with the commit (what made it, for appends)
+        self.rebase = True  # a commit is rebased over other commits that do not conflict with it
         self._lock = threading.Lock()
         self.storage = self._storage()
         self.repository = self._open_repository()
@@ -443,6 +445,18 @@ class IcechunkMap(ZMap):
         except Exception as exc:
             raise self._translated(exc, "list the chunks of", array) from exc
 
+    def latest_metadata(self, key: str) -> object:
+        """The ``key`` entry of the newest commit metadata holding one, back from this map's snapshot
+        (what the last commit of a tool recorded, whatever commits came after it); None if none does."""
+        try:
+            for info in self.repository.ancestry(snapshot_id=self.snapshot_id):
+                metadata = info.metadata or {}
+                if key in metadata:
+                    return metadata[key]
+        except self.ic.IcechunkError as exc:
+            raise self._error(exc, "read the history of") from exc
+        return None
+
     def virtual_refs(self) -> list[str]:
         """Every virtual chunk location of the session (the sources the repository refers to)."""
         try:
@@ -491,7 +505,8 @@ class IcechunkMap(ZMap):
         try:
             if self._new_containers:
                 self.repository.save_config()
-            session.commit(self.message, rebase_with=self.ic.ConflictDetector())
+            rebase = self.ic.ConflictDetector() if self.rebase else None
+            session.commit(self.message, metadata=self.commit_metadata, rebase_with=rebase)
         except self.ic.IcechunkError as exc:
             raise self._error(exc, "commit to") from exc
 

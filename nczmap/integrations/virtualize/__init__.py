@@ -25,6 +25,7 @@ with ``checksums=True`` also the crc32c of every referenced range, checked as it
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import warnings
@@ -35,13 +36,17 @@ from nczmap.errors import FormatError, NCZError
 from nczmap.format import Group
 from nczmap.format.writer import check_name
 from nczmap.integrations.virtualize import parallel
-from nczmap.integrations.virtualize.combine import (
-    DEFAULT_MAX_CHUNK_BYTES,
-    CombineOptions,
-    pattern_regex,
-    plan,
-    times_from_names,
+from nczmap.integrations.virtualize.append import (
+    RECORD,
+    Join,
+    check_new_variables,
+    check_order,
+    existing_file,
+    options_for,
+    reconcile,
 )
+from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, plan
+from nczmap.integrations.virtualize.newdim import pattern_regex, times_from_names
 from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
 from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
@@ -84,45 +89,68 @@ def virtualize(
     progress: Progress | None = None,
     *,
     new_dim: str | tuple[str, str] | None = None,
-    load: Sequence[str] | str = (),
+    load: Sequence[str] | str | None = None,
     skip_mismatched: bool = False,
-    max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES,
+    max_chunk_bytes: int | None = None,
     executor=None,
-    checksums: bool = False,
+    checksums: bool | None = None,
     reading: Progress | None = None,
+    append: bool = False,
 ) -> VirtualizeResult:
     """Write a manifest at ``destination`` presenting ``sources`` as one NCZarr dataset.
 
     ``sources``: paths (globs expanded), ``file://`` URLs or S3 URLs of netCDF-4/HDF5, netCDF-3 or TIFF
     files. ``destination``: a path or URL (kerchunk JSON, or kerchunk's Parquet form when it ends
-    ``.parq``; ``#mode=nczarr,manifest`` is implied). ``concat`` names the dimension (``time`` or
-    ``/group/time``) several sources are joined along; ``new_dim`` (``"time=%Y%m%d"`` or ``("time",
-    "%Y%m%d")``) stacks them along a new leading dimension whose coordinate comes from each file name.
-    ``load`` names variables to store as data instead of references (the joined dimension's coordinate is
-    loaded anyway). ``skip_mismatched`` leaves out (and lists) files unlike the first instead of failing.
-    ``max_chunk_bytes`` bounds the references made of contiguous data. ``allow`` lists the container
-    prefixes references may point into (default: each source's directory or bucket prefix);
-    ``netcdf_version`` is the netcdf-c release the metadata is written for; ``progress(done, total)`` is
-    called as chunks are described, ``reading(done, total)`` as sources are parsed. ``executor`` parses
-    the sources after the first: a ``concurrent.futures`` thread pool of this process, or a
-    ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is opened again where its task
-    runs, and its parse sent back); by default remote sources are parsed on up to eight threads, local
-    ones one after another (there is no waiting to overlap). ``checksums`` reads
-    every referenced range once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a
-    read of a source rewritten in place, even with its size and modification time restored, is a
-    StorageError naming the chunk.
+    ``.parq``; ``#mode=nczarr,manifest`` is implied; ``#mode=icechunk`` for an Icechunk repository).
+    ``concat`` names the dimension (``time`` or ``/group/time``) several sources are joined along;
+    ``new_dim`` (``"time=%Y%m%d"`` or ``("time", "%Y%m%d")``) stacks them along a new leading dimension
+    whose coordinate comes from each file name. Files are joined only where every attribute that changes
+    what the numbers mean agrees, or is made to (per-file time units re-encoded in one; a variable packed
+    differently stored decoded, when small or named in ``load``); otherwise a FormatError names the file,
+    the variable and the attribute. ``load`` names variables to store as data instead of references (the
+    joined dimension's coordinate is loaded anyway). ``skip_mismatched`` leaves out (and lists) files that
+    cannot be joined instead of failing. ``max_chunk_bytes`` (default 4 MiB) bounds the references made of
+    contiguous data. ``allow`` lists the container prefixes references may point into (default: each
+    source's directory or bucket prefix); ``netcdf_version`` is the netcdf-c release the metadata is
+    written for; ``progress(done, total)`` is called as chunks are described, ``reading(done, total)`` as
+    sources are parsed. ``executor`` parses the sources after the first: a ``concurrent.futures`` thread
+    pool of this process, or a ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is
+    opened again where its task runs, and its parse sent back); by default remote sources are parsed on up
+    to eight threads, local ones one after another. ``checksums`` reads every referenced range once and
+    records its crc32c in the manifest (the ``"nczmap"`` key), so that a read of a source rewritten in
+    place, even with its size and modification time restored, is a StorageError naming the chunk.
+
+    ``append``: add ``sources`` to the existing dataset at ``destination`` (a manifest or an Icechunk
+    repository made by ``virtualize``), parsing only them: joined as the dataset was made (its recorded
+    ``concat``/``new_dim``, ``load``, ``max_chunk_bytes`` and ``checksums``; giving another is an error),
+    checked against what it holds, continuing its joined coordinate in order. One writer at a time; a
+    refusal or failure changes nothing.
     """
     if isinstance(load, str):
         load = [name for name in load.split(",") if name]
-    if max_chunk_bytes < 1:
+    if max_chunk_bytes is not None and max_chunk_bytes < 1:
         raise FormatError(f"max_chunk_bytes must be a positive number of bytes, not {max_chunk_bytes}")
-    options = CombineOptions(
-        concat=concat,
-        new_dim=_new_dim(new_dim),
-        load=tuple(load),
-        skip_mismatched=skip_mismatched,
-        max_chunk_bytes=max_chunk_bytes,
+    given = Join(
+        concat,
+        _new_dim(new_dim),
+        tuple(load or ()),
+        max_chunk_bytes or DEFAULT_MAX_CHUNK_BYTES,
+        bool(checksums),
     )
+    if append:
+        named = {
+            name
+            for name, value in (
+                ("concat", concat),
+                ("new_dim", new_dim),
+                ("load", load or None),
+                ("max_chunk_bytes", max_chunk_bytes),
+                ("checksums", checksums),
+            )
+            if value is not None
+        }
+        return _warned(_append(sources, destination, given, named, allow, skip_mismatched, executor, reading))
+    options = options_for(given, skip_mismatched)
     files: list[SourceFile] = []
     parsed: list[ParsedFile] = []
     try:
@@ -132,9 +160,7 @@ def virtualize(
                 f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
                 "new_dim=/--new-dim)"
             )
-        if options.new_dim is not None:  # in the order of the result: its first file is parsed in full
-            times = times_from_names([file.name for file in files], options.new_dim[1])
-            files = [file for _, file in sorted(zip(times, files, strict=True), key=lambda pair: pair[0])]
+        files = _in_date_order(files, options)
         url = manifest_url(destination, files)
         parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
         joined = plan(parsed, options)
@@ -145,19 +171,115 @@ def virtualize(
         result.skipped, result.notes = joined.skipped, joined.notes
         result.formats = [p.format for p in parsed]
         kept = [f for f in files if f.name in joined.sources]
-        write(joined, url, granted, netcdf_version, progress, kept, result, checksums)
+        refused = [r.variable for r in joined.refused if r.attribute is None]
+        record = dataclasses.replace(given, refused=refused).to_json()
+        write(joined, url, granted, netcdf_version, progress, kept, result, bool(checksums), record)
     finally:
         for item in parsed:
             item.close()
         for file in files:
             file.close()
+    return _warned(result)
+
+
+def _in_date_order(files: list[SourceFile], options: CombineOptions) -> list[SourceFile]:
+    """New-dimension sources in the order of the result (its first file is parsed in full)."""
+    if options.new_dim is None:
+        return files
+    times = times_from_names([file.name for file in files], options.new_dim[1])
+    return [file for _, file in sorted(zip(times, files, strict=True), key=lambda pair: pair[0])]
+
+
+def _warned(result: VirtualizeResult) -> VirtualizeResult:
     for refusal in result.refused:
-        warnings.warn(str(refusal), VirtualizeWarning, stacklevel=2)
+        warnings.warn(str(refusal), VirtualizeWarning, stacklevel=3)
     for source, why in result.skipped:
-        warnings.warn(f"{source} left out: {why}", VirtualizeWarning, stacklevel=2)
+        warnings.warn(f"{source} left out: {why}", VirtualizeWarning, stacklevel=3)
     for note in result.notes:
-        warnings.warn(note, VirtualizeWarning, stacklevel=2)
+        warnings.warn(note, VirtualizeWarning, stacklevel=3)
     return result
+
+
+def _append(
+    sources, destination, given: Join, named: set[str], allow, skip_mismatched: bool, executor, reading
+) -> VirtualizeResult:
+    """:func:`virtualize` with ``append``: see :mod:`.append`."""
+    from nczmap.format import open_on
+    from nczmap.integrations.virtualize.output import write_appended
+    from nczmap.zmap import open_map
+
+    files: list[SourceFile] = []
+    parsed: list[ParsedFile] = []
+    try:
+        files = source_files(sources)
+        url = manifest_url(destination, files)
+        if url.driver == "manifest" and url.on_s3:
+            raise FormatError(
+                f"cannot append to {url.original!r}: a manifest in S3 has no writer lock, so two appends "
+                "could lose one; keep the archive in an Icechunk repository (#mode=icechunk) to append in S3"
+            )
+        granted = grants(allow, files)
+        extra = {"virtual_containers": as_containers(granted)} if url.driver == "icechunk" else {}
+        zmap = open_map(url, "r+", containers=granted, **extra)
+        try:
+            dataset = open_on(zmap, "r+")
+            join = reconcile(_recorded(zmap), given, named, url.location)
+            options = options_for(join, skip_mismatched)
+            _refuse_known_sources(zmap, files, url.location)
+            files = _in_date_order(files, options)
+            parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
+            existing = existing_file(dataset, url.location, join.refused)
+            joined = plan([existing, *parsed], options)
+            check_new_variables(joined, existing, url.location)
+            check_order(joined, join.concat or join.new_dim[0], url.location)
+            result = VirtualizeResult(url.location, containers=as_containers(granted))
+            result.skipped, result.notes = joined.skipped, joined.notes
+            result.formats = [p.format for p in parsed]
+            kept = [f for f in files if f.name in joined.sources]
+            if not kept:
+                raise FormatError(f"no file to append to {url.location}: every one was left out")
+            write_appended(joined, dataset, url, granted, kept, result, join.checksums)
+            _record(zmap, join)
+            dataset.flush()
+        except BaseException:
+            zmap.abort()
+            raise
+        zmap.close()
+    finally:
+        for item in parsed:
+            item.close()
+        for file in files:
+            file.close()
+    return result
+
+
+def _recorded(zmap) -> Join | None:
+    from nczmap.zmap.icechunk import IcechunkMap
+
+    if isinstance(zmap, IcechunkMap):
+        found = zmap.latest_metadata("nczmap")
+        record = found.get(RECORD) if isinstance(found, dict) else None
+    else:
+        record = zmap.manifest.virtualize
+    return None if record is None else Join.from_json(record, zmap.location)
+
+
+def _record(zmap, join: Join) -> None:
+    from nczmap.zmap.icechunk import IcechunkMap
+
+    if isinstance(zmap, IcechunkMap):
+        zmap.commit_metadata = {"nczmap": {RECORD: join.to_json()}}
+        zmap.rebase = False  # another commit since this one began: refused, never merged into
+    else:
+        zmap.manifest.virtualize = join.to_json()
+
+
+def _refuse_known_sources(zmap, files: list[SourceFile], where: str) -> None:
+    """A file the dataset already refers to is not appended again."""
+    recorded = getattr(getattr(zmap, "manifest", None), "sources", {})
+    for file in files:
+        if file.url in recorded:
+            raise FormatError(f"{file.shown} is already in {where}: it is not appended twice")
 
 
 def is_source_file(path: str) -> bool:

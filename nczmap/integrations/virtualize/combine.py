@@ -19,11 +19,7 @@ with the files along the joined dimension. Only what cannot be represented at al
 
 from __future__ import annotations
 
-import datetime
-import itertools
 import math
-import os
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,18 +27,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nczmap.errors import FormatError
-from nczmap.format import Attribute, Dimension, Group
+from nczmap.format import Dimension, Group
 from nczmap.format.codecs import CodecChain
-from nczmap.format.types import BY_NAME
 from nczmap.format.writer import TARGET_CHUNK_BYTES
+from nczmap.integrations.virtualize import encodings, newdim
 from nczmap.integrations.virtualize.parsed import (
-    Constant,
     ParsedFile,
     Refusal,
     SourceVariable,
     Storage,
-    native_dtype,
-    source_layout,
 )
 
 DEFAULT_MAX_CHUNK_BYTES = TARGET_CHUNK_BYTES  # contiguous data is referenced in pieces no larger than this
@@ -77,7 +70,7 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
         if concat is not None:
             raise FormatError("join the sources along an existing dimension (concat) or a new one, not both")
         name, pattern = options.new_dim
-        parsed, times = _stack(parsed, name, pattern)
+        parsed, times = newdim.stack(parsed, name, pattern)
         dates = {id(file): time for file, time in zip(parsed, times, strict=True)}
         concat = name
     if len(parsed) > 1 and concat is None:
@@ -87,10 +80,18 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
     if concat is not None:
         dimension = _concat_dimension(first, concat)
         kept = [first]
+        kept_first: list[str] = []  # variables not joined whose files differ: the first file's kept
         for other in parsed[1:]:
+            like = other.like
+            if like is not None:  # a twin: its model is that of a file checked already (or the first)
+                if like is first or any(file is like for file in kept):
+                    kept.append(other)
+                else:
+                    skipped.append((other.source, f"it is like {like.source}, which is left out"))
+                continue
             try:
-                if other.like is not first:  # a twin of the first has its model, by construction
-                    _check_same_structure(first, other, dimension)
+                _check_same_structure(first, other, dimension)
+                kept_first += _check_same_meaning(first, other, dimension, options, len(parsed))
             except FormatError as exc:
                 if not options.skip_mismatched:
                     raise
@@ -99,7 +100,14 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
             kept.append(other)
         parsed = kept
     if options.new_dim is not None:  # gaps among the files kept (a skipped file may leave one)
-        notes = _gaps([dates[id(file)] for file in parsed])
+        notes = newdim.gaps([dates[id(file)] for file in parsed if dates[id(file)] is not None])
+    if concat is not None and kept_first:
+        counts = Counter(note.partition(" (")[0] for note in kept_first)
+        listed = ", ".join(f"{key} (in {count} files)" for key, count in counts.items())
+        notes.append(f"variables not along the joined dimension differ; the first file's are kept: {listed}")
+    typed = not any(v.untyped for g in first.root.walk() for v in g.variables.values())
+    others = [(p.source, p.model) for p in parsed[1:] if p.like is not first]
+    notes += encodings.notes(first.root, others, typed)
     result = Plan(first.root, [], list(first.refused), [p.source for p in parsed], skipped, notes)
     variables = [v for g in first.root.walk() for v in g.variables.values()]
     if concat is not None:
@@ -108,7 +116,11 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
     for variable in variables:
         if variable.key in _refused_variables(result.refused):
             continue
-        reason = _reference_problem(variable, parsed, options)
+        reason = None
+        if variable.axis is not None and variable.twins:
+            _ensure_values(variable)
+            reason = encodings.settle(variable)
+        reason = reason or _reference_problem(variable, parsed, options)
         if variable.name in wanted or variable.key in wanted:
             reason = reason or "asked for"
         if reason is None and concat is not None and _is_joined_coordinate(variable):
@@ -137,7 +149,7 @@ def _join(
 ) -> None:
     lengths = [dimension.size]
     for other in parsed[1:]:
-        lengths.append(lengths[0] if other.root is None else other.root.find_dimension(dimension.path).size)
+        lengths.append(other.model.find_dimension(dimension.path).size)
         known = _refused_variables(result.refused)
         result.refused.extend(r for r in other.refused if r.attribute is None and r.variable not in known)
     dimension.size = sum(lengths)
@@ -153,9 +165,9 @@ def _join(
             continue
         variable.axis = axes[0]
         for other in parsed[1:]:
-            if other.root is None:  # a twin: the first file's model, its own storages
+            if other.root is None:  # a twin: the model of a file before it, its own storages
                 variable.storages.append(other.storages[variable.key])
-                variable.twins.append(variable)
+                variable.twins.append(_find_variable(other.model, variable.key) or variable)
                 continue
             theirs = _find_variable(other.root, variable.key)
             if theirs is not None:
@@ -208,18 +220,18 @@ def _check_same_structure(first: ParsedFile, other: ParsedFile, concat: Dimensio
 
     refused = _refused_variables(first.refused) | _refused_variables(other.refused)
     for group in first.root.walk():
-        twin = _find_group(other.root, group.path)
+        twin = _find_group(other.model, group.path)
         if twin is None:
             fail(f"it has no group {group.path!r}")
         if set(twin.groups) != set(group.groups):
             fail(f"group {group.path!r} has subgroups {sorted(twin.groups)}, not {sorted(group.groups)}")
-        if list(twin.dimensions) != list(group.dimensions):
+        if set(twin.dimensions) != set(group.dimensions):
             fail(f"group {group.path!r} has dimensions {list(twin.dimensions)}, not {list(group.dimensions)}")
         for name, dim in group.dimensions.items():
             theirs = twin.dimensions[name]
             if dim is not concat and theirs.size != dim.size:
                 fail(f"dimension {dim.path!r} has length {theirs.size}, not {dim.size}")
-            if theirs.unlimited != dim.unlimited:
+            if theirs.unlimited != dim.unlimited and first.format != "existing":  # a store may not say
                 fail(f"dimension {dim.path!r} is {'' if theirs.unlimited else 'not '}unlimited")
         mine = [n for n in group.variables if _path(group, n) not in refused]
         theirs_names = [n for n in twin.variables if _path(group, n) not in refused]
@@ -231,11 +243,43 @@ def _check_same_structure(first: ParsedFile, other: ParsedFile, concat: Dimensio
             a, b = group.variables[name], twin.variables[name]
             if [d.path for d in a.dims] != [d.path for d in b.dims]:
                 fail(f"variable {a.key!r} has dimensions {b.dimensions}, not {a.dimensions}")
-            if a.nctype is not b.nctype:
+            numbers = not (a.nctype.is_text or b.nctype.is_text)  # joined in the type holding both
+            if a.nctype is not b.nctype and not numbers:
                 fail(f"variable {a.key!r} is {b.nctype.name}, not {a.nctype.name}")
             for dim, x, y in zip(a.dims, a.shape, b.shape, strict=True):
                 if dim is not concat and x != y:
                     fail(f"variable {a.key!r} has shape {b.shape}, not {a.shape}")
+
+
+def _check_same_meaning(
+    first: ParsedFile, other: ParsedFile, concat: Dimension, options: CombineOptions, count: int
+) -> list[str]:
+    """FormatError naming ``other``, the variable and the attribute unless every variable's numbers mean
+    what they mean in ``first`` or can be made to (see :mod:`.encodings`); the variables not joined that
+    differ (the first file's kept)."""
+    differ: list[str] = []
+    wanted = set(options.load)
+
+    def may_decode(variable: SourceVariable, theirs: SourceVariable) -> bool:
+        if first.format == "existing":  # the dataset's own values are never rewritten
+            return encodings.holds_decoded(variable, theirs)
+        if variable.name in wanted or variable.key in wanted:
+            return True
+        return math.prod(variable.storages[0].shape) * 8 * count <= options.max_chunk_bytes
+
+    for group in first.root.walk():
+        twin = _find_group(other.model, group.path)
+        if twin is None:
+            continue
+        for name, variable in group.variables.items():
+            theirs = twin.variables.get(name)
+            if theirs is None:
+                continue
+            joined = any(d is concat for d in variable.dims)
+            note = encodings.check(variable, theirs, joined, other.source, first.source, may_decode)
+            if note is not None:
+                differ.append(note)
+    return differ
 
 
 def _path(group: Group, name: str) -> str:
@@ -254,17 +298,84 @@ def _reference_problem(
         if storage.problem is not None:
             return storage.problem
     first = storages[0]
+    if variable.layout.dtype.nctype.name == "string":
+        return "its strings are not stored as byte ranges"
+    if first.kind == "existing":
+        return _existing_layout(variable)
     for storage, twin in zip(storages[1:], variable.twins, strict=True):
         if twin is variable:
             continue  # a twin file's storage: the first file's layout, by construction
         why = _differences(variable, twin, first, storage)
         if why is not None:
             return why
-    if variable.layout.dtype.nctype.name == "string":
-        return "its strings are not stored as byte ranges"
     if first.kind == "chunked":
         return _chunked_layout(variable)
     return _contiguous_layout(variable, options.max_chunk_bytes)
+
+
+def _existing_layout(variable: SourceVariable) -> str | None:
+    """Appending: whether the new files' storages are references in the dataset's own layout (its chunks,
+    codecs, type and fill, which never change); why not, if so (their values are then written)."""
+    layout, axis = variable.layout, variable.axis
+    existing, *new = variable.storages
+    if axis is None:
+        return None  # not joined: the dataset keeps its own
+    step = layout.chunks[axis] if layout.chunks else 1
+    if existing.shape[axis] % step:
+        return (
+            f"the dataset's length {existing.shape[axis]} along the joined dimension is not a multiple of "
+            f"its chunk length {step}"
+        )
+    for storage, twin in zip(new, variable.twins, strict=True):
+        if twin.layout.dtype.storage != layout.dtype.storage:
+            return (
+                f"it is stored as {twin.layout.dtype.storage} in {storage.source}, not {layout.dtype.storage}"
+            )
+        if not _same_fill(twin.layout.fill_value, layout.fill_value):
+            return f"its fill value differs in {storage.source}"
+        why = _fits_layout(storage, layout, axis)
+        if why is not None:
+            return why
+    for storage in new[:-1]:
+        if storage.shape[axis] % step:
+            return f"{storage.source} ends inside a chunk of it (only the last file may)"
+    if new and new[0].kind == "contiguous":
+        variable.split = _contiguous_split(layout.chunks, new[0].shape) or 0
+    variable.shifts = [start // step for start in variable.shifts]
+    return None
+
+
+def _fits_layout(storage: Storage, layout, axis: int) -> str | None:
+    """Why ``storage`` (a new file's) cannot be references in ``layout`` (the dataset's), or None."""
+    if storage.kind == "chunked":
+        if tuple(storage.chunks) != tuple(layout.chunks):
+            return f"its chunks are {tuple(storage.chunks)} in {storage.source}, not {tuple(layout.chunks)}"
+        if list(storage.codecs) != list(layout.codecs.configs):
+            return f"its filters {storage.codecs} in {storage.source} differ from {layout.codecs.configs}"
+        return None
+    if storage.kind != "contiguous" or layout.codecs.configs:
+        return f"it is stored {storage.kind} in {storage.source}"
+    chunks, shape = tuple(layout.chunks), tuple(storage.shape)
+    if not chunks:
+        return None
+    split = _contiguous_split(chunks, shape)
+    if split is None:
+        return f"its contiguous bytes in {storage.source} do not fall into chunks {chunks}"
+    if axis > split and shape[axis] != chunks[axis]:
+        return f"its length along the joined dimension in {storage.source} is not its chunk's, {chunks[axis]}"
+    return None
+
+
+def _contiguous_split(chunks: tuple[int, ...], shape: tuple[int, ...]) -> int | None:
+    """The axis chunks ``(1, ..., 1, k, full...)`` of C-order contiguous data of ``shape`` split (each chunk
+    then one byte range), or None if they are not of that form."""
+    for split in range(len(chunks)):
+        before, after = chunks[:split], chunks[split + 1 :]
+        if all(c == 1 for c in before) and all(
+            c >= n for c, n in zip(after, shape[split + 1 :], strict=True)
+        ):
+            return split
+    return None
 
 
 def _chunked_layout(variable: SourceVariable) -> str | None:
@@ -369,13 +480,50 @@ def _same_fill(a: object, b: object) -> bool:
 
 
 # ------------------------------------------------------------------------------------- loading
+def _load_new(variable: SourceVariable, options: CombineOptions) -> str | None:
+    """Appending: mark the new files' values of ``variable`` to be written into the dataset's layout."""
+    layout = variable.layout
+    new = variable.storages[1:]
+    _ensure_values(variable)
+    if any(storage.values is None for storage in new):
+        return "its values cannot be read"
+    if variable.coding != "decoded" and layout.dtype.nctype.name not in ("char", "string"):
+        mine = layout.dtype.storage.newbyteorder("=")
+        theirs = [twin.layout.dtype.storage.newbyteorder("=") for twin in variable.twins]
+        if np.result_type(mine, *theirs) != mine:
+            return f"the new files store it as {sorted(set(map(str, theirs)))}, which {mine} cannot hold"
+    if not _encodable(layout.codecs):
+        return f"its codecs {layout.codecs.configs} cannot be written here, so no new values can be added"
+    itemsize = max(1, layout.dtype.storage.itemsize)
+    nbytes = sum(math.prod(storage.shape) for storage in new) * itemsize
+    if nbytes > options.max_load_bytes:
+        return f"the new files hold {nbytes} bytes of it, more than the {options.max_load_bytes} loaded"
+    variable.load = True
+    return None
+
+
+def _ensure_values(variable: SourceVariable) -> None:
+    """Give storages whose parser reads no values (TIFF) values decoded from their chunks, where it can."""
+    fills = [variable.layout.fill_value] + [twin.layout.fill_value for twin in variable.twins]
+    for storage, fill in zip(variable.storages, fills, strict=False):
+        if storage.values is None:
+            storage.values = _decoded_chunks(variable, storage, fill)
+
+
 def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
-    """Mark ``variable`` to be loaded, with chunks of at most ``max_chunk_bytes``; why not, if it cannot."""
-    for storage in variable.storages:
-        if storage.values is None:  # a parser giving no values (TIFF): decode its referenceable chunks
-            storage.values = _decoded_chunks(variable, storage)
+    """Mark ``variable`` to be loaded, with chunks of at most ``max_chunk_bytes``; why not, if it cannot.
+
+    Appending, only the new files' values are written, in the dataset's own layout; but the coordinate of
+    the joined dimension and variables re-encoded (retimed) are written again whole, as ``virtualize`` of
+    every file would write them."""
+    if variable.storages[0].kind == "existing":
+        variable.rewrite = variable.rewrite or _is_joined_coordinate(variable) or variable.coding == "retimed"
+        if not variable.rewrite:
+            return _load_new(variable, options)
+    _ensure_values(variable)
     if any(storage.values is None for storage in variable.storages):
         return "its values cannot be read"
+    _promote_dtype(variable)
     layout = variable.layout
     itemsize = max(1, layout.dtype.storage.itemsize)
     nbytes = math.prod(layout.shape) * itemsize if layout.shape else itemsize
@@ -397,7 +545,23 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     return None
 
 
-def _decoded_chunks(variable: SourceVariable, storage: Storage) -> Callable[[], np.ndarray] | None:
+def _promote_dtype(variable: SourceVariable) -> None:
+    """Files storing a number variable in different types are joined in the type holding all of them
+    (as numpy and xarray concatenate them), never cast to the first file's."""
+    if variable.coding is not None:
+        return  # re-encoded or decoded in one type already
+    dtypes = {variable.layout.dtype.storage.newbyteorder("=")}
+    dtypes.update(twin.layout.dtype.storage.newbyteorder("=") for twin in variable.twins)
+    if len(dtypes) < 2 or any(dtype.kind not in "iuf" for dtype in dtypes):
+        return
+    joined = np.result_type(*dtypes)
+    if joined != variable.layout.dtype.storage.newbyteorder("="):
+        encodings.set_dtype(variable, joined)
+
+
+def _decoded_chunks(
+    variable: SourceVariable, storage: Storage, fill: object = None
+) -> Callable[[], np.ndarray] | None:
     """``storage``'s whole array read from its chunks and decoded by its own codecs (missing chunks are the
     fill value), for a storage whose bytes could be references; None where they could not."""
     if storage.kind != "chunked" or storage.problem is not None or storage.read is None:
@@ -411,7 +575,6 @@ def _decoded_chunks(variable: SourceVariable, storage: Storage) -> Callable[[], 
         return None
 
     def values() -> np.ndarray:
-        fill = variable.layout.fill_value
         shape, chunks, ndim = storage.shape, storage.chunks, len(storage.chunks)
         out = np.full(shape, 0 if fill is None else fill, dtype=dtype)
         count = math.prod(chunks)
@@ -447,184 +610,3 @@ def loaded_values(variable: SourceVariable) -> np.ndarray:
     if len(parts) == 1:
         return parts[0]
     return np.concatenate(parts, axis=variable.axis)
-
-
-# ------------------------------------------------------------------------------------- a new dimension
-_DIRECTIVES = {
-    "Y": r"\d{4}",
-    "m": r"\d{2}",
-    "d": r"\d{2}",
-    "H": r"\d{2}",
-    "M": r"\d{2}",
-    "S": r"\d{2}",
-    "j": r"\d{3}",
-    "y": r"\d{2}",
-    "b": r"[A-Za-z]{3}",
-    "B": r"[A-Za-z]+",
-    "%": "%",
-}
-
-
-def times_from_names(names: Sequence[str], pattern: str) -> list[datetime.datetime]:
-    """Each file name's date by a ``strftime`` pattern (``%Y%m%d``) found anywhere in its base name."""
-    regex = re.compile(pattern_regex(pattern))
-    found = []
-    for name in names:
-        base = os.path.basename(name.rstrip("/"))
-        match = regex.search(base)
-        if match is None:
-            raise FormatError(f"{name}: its name holds no date of the form {pattern!r}")
-        try:
-            found.append(datetime.datetime.strptime(match.group(0), pattern))
-        except ValueError as exc:
-            raise FormatError(
-                f"{name}: {match.group(0)!r} is not a date of the form {pattern!r}: {exc}"
-            ) from None
-    return found
-
-
-def pattern_regex(pattern: str) -> str:
-    parts, at = [], 0
-    while at < len(pattern):
-        if pattern[at] == "%" and at + 1 < len(pattern):
-            directive = pattern[at + 1]
-            if directive not in _DIRECTIVES:
-                raise FormatError(f"the date pattern {pattern!r} uses %{directive}, which is not supported")
-            parts.append(_DIRECTIVES[directive])
-            at += 2
-        else:
-            parts.append(re.escape(pattern[at]))
-            at += 1
-    return "".join(parts)
-
-
-def _stack(parsed: list[ParsedFile], name: str, pattern: str):
-    """Files ordered by the dates in their names, each given the new leading dimension ``name`` of
-    length 1 and its step of the coordinate variable; each file's date, in that order. Duplicates are a
-    FormatError naming the files."""
-    times = times_from_names([p.source for p in parsed], pattern)
-    order = sorted(range(len(parsed)), key=lambda i: times[i])
-    parsed = [parsed[i] for i in order]
-    times = [times[i] for i in order]
-    duplicates = [t for t, n in Counter(times).items() if n > 1]
-    if duplicates:
-        same = [p.source for p, t in zip(parsed, times, strict=True) if t == duplicates[0]]
-        raise FormatError(f"files {same} have the same date {duplicates[0].isoformat()} ({pattern!r})")
-    if parsed[0].root is None:
-        raise FormatError(f"{parsed[0].source} is a twin of a file, not the first of the sources")
-    for file in parsed:
-        if file.root is not None and (name in file.root.dimensions or name in file.root.variables):
-            raise FormatError(f"{file.source} already has a {name!r}: join along it with --concat")
-    grown: list[str] = []  # the first file's variables given the dimension: its twins' too
-    for file in parsed:
-        if file.root is None:
-            for key in grown:
-                _prepend_storage(file.storages[key])
-        elif file is parsed[0]:
-            grown = _add_leading_dimension(file, name)
-        else:
-            _add_leading_dimension(file, name)
-    step = _time_unit(times)[1]
-    for file, when in zip(parsed, times, strict=True):  # every file its own step: joined like any other
-        storage = _time_storage(when, times[0], step)
-        if file.root is None:
-            file.storages["/" + name] = storage
-        else:
-            _time_coordinate(file.root, name, storage, times)
-    return parsed, times
-
-
-def _gaps(times: list[datetime.datetime]) -> list[str]:
-    if len(times) < 3:
-        return []
-    steps = Counter(b - a for a, b in itertools.pairwise(times))
-    usual = steps.most_common(1)[0][0]
-    return [
-        f"a gap in time: {a.isoformat()} is followed by {b.isoformat()} (the usual step is {usual})"
-        for a, b in itertools.pairwise(times)
-        if b - a != usual
-    ]
-
-
-def _add_leading_dimension(file: ParsedFile, name: str) -> list[str]:
-    """The dimension added to ``file``'s model and to its variables (but coordinates and grid
-    mappings); the paths of the variables given it."""
-    root = file.root
-    dimension = Dimension(name, 1, False, root)
-    root.dimensions = {name: dimension, **root.dimensions}
-    skip = _grid_mappings(root)
-    grown = []
-    for group in root.walk():
-        for variable in group.variables.values():
-            is_coordinate = len(variable.dims) == 1 and variable.dims[0].name == variable.name
-            if is_coordinate or variable.key in skip or variable.name in skip:
-                continue
-            _prepend(variable, dimension)
-            grown.append(variable.key)
-    return grown
-
-
-def _grid_mappings(root: Group) -> set[str]:
-    names = set()
-    for group in root.walk():
-        for variable in group.variables.values():
-            value = variable.attrs.get("grid_mapping")
-            if isinstance(value, str):
-                names.add(value.split(":")[0].strip())
-    return names
-
-
-def _prepend(variable: SourceVariable, dimension: Dimension) -> None:
-    variable.dims = (dimension, *variable.dims)
-    layout = variable.layout
-    layout.shape = (1, *layout.shape)
-    layout.chunks = (1, *layout.chunks) if layout.chunks or not layout.scalar else (1,)
-    layout.scalar = False
-    for storage in variable.storages:
-        _prepend_storage(storage)
-
-
-def _prepend_storage(storage: Storage) -> None:
-    ndim = len(storage.shape)
-    storage.shape = (1, *storage.shape)
-    if storage.kind == "chunked":
-        storage.chunks = (1, *storage.chunks)
-        old = np.frombuffer(storage.corners, dtype=np.int64).reshape(-1, ndim) if ndim else None
-        grown = np.zeros((len(storage.offsets), ndim + 1), dtype=np.int64)
-        if old is not None:
-            grown[:, 1:] = old
-        storage.corners = type(storage.corners)(storage.corners.typecode, grown.tobytes())
-    values = storage.values
-    if values is not None:
-        storage.values = lambda values=values: np.asarray(values())[np.newaxis]
-
-
-def _time_unit(every: list[datetime.datetime]) -> tuple[str, datetime.timedelta]:
-    """Whole days if every date is midnight, else seconds."""
-    if all(t.hour == t.minute == t.second == t.microsecond == 0 for t in every):
-        return "days", datetime.timedelta(days=1)
-    return "seconds", datetime.timedelta(seconds=1)
-
-
-def _time_storage(when: datetime.datetime, start: datetime.datetime, step: datetime.timedelta) -> Storage:
-    """``when`` as CF time: a number of ``step`` since ``start``."""
-    values = np.array([(when - start) // step], dtype="<i8")
-    return Storage("the file names", "values", values.shape, values=Constant(values))
-
-
-def _time_coordinate(root: Group, name: str, storage: Storage, every: list[datetime.datetime]) -> None:
-    """The variable ``name(name)`` of ``storage``'s times (:func:`_time_storage` of ``every`` date)."""
-    unit, start = _time_unit(every)[0], every[0]
-    dimension = root.dimensions[name]
-    shape = storage.shape
-    layout = source_layout(shape, shape, native_dtype(BY_NAME["int64"], np.dtype("<i8")))
-    variable = SourceVariable(root, name, [dimension], layout, storage)
-    stamp = start.strftime("%Y-%m-%d %H:%M:%S")
-    for key, value in (
-        ("standard_name", "time"),
-        ("units", f"{unit} since {stamp}"),
-        ("calendar", "proleptic_gregorian"),
-        ("axis", "T"),
-    ):
-        variable.attrs.load({key: Attribute.from_python(key, value, None)})
-    root.variables = {name: variable, **root.variables}

@@ -86,20 +86,22 @@ def write(
     files: list[SourceFile],
     result,
     checksums: bool = False,
+    record: dict | None = None,
 ) -> None:
     """Write ``plan`` as the manifest at ``url``; counts and refusals go to ``result``. ``checksums``:
-    record the crc32c of every referenced range (each read once here), checked when it is read."""
+    record the crc32c of every referenced range (each read once here), checked when it is read.
+    ``record``: how the dataset was made (kept for appends: see :mod:`.append`)."""
     if url.driver == "icechunk":
         if checksums:
             raise FormatError(
                 "checksums apply to manifests; an Icechunk repository checks each source by its ETag or "
                 "modification time"
             )
-        write_icechunk(plan, url, grants, netcdf_version, progress, files, result)
+        write_icechunk(plan, url, grants, netcdf_version, progress, files, result, record)
         return
     zmap = open_map(url, "w", containers=grants)
     try:
-        urls = _authorize_sources(plan, zmap.containers, "manifest")
+        urls = _authorize_sources(plan.sources, zmap.containers, "manifest")
         if not url.on_s3:
             zmap.keep_large_chunks_beside()
     except BaseException:
@@ -132,6 +134,7 @@ def write(
             zmap.manifest.sources[file.url] = file.recorded()
         if set(result.formats) == {"netcdf3"}:
             zmap.manifest.source_format = "netcdf3"  # ncdump prints netCDF-3 files' text a little apart
+        zmap.manifest.virtualize = record
         result.variables = len(variables)
 
 
@@ -216,11 +219,11 @@ def _record_checksums(manifest, storage: Storage, references: list[tuple[str, in
         manifest.checksums[normalize_key(key)[1:]] = crc32c(storage.read(offset, length))
 
 
-def _authorize_sources(plan: Plan, containers, what: str) -> dict[str, str]:
+def _authorize_sources(sources: list[str], containers, what: str) -> dict[str, str]:
     """Every source's canonical URL (its local links resolved once, not once per variable); AccessDenied
     unless each lies in a container the result will grant."""
     urls = {}
-    for source in plan.sources:
+    for source in sources:
         urls[source] = normalize(source, None, links=False)  # a real path (or a URL) already
         try:
             authorize(urls[source], None, containers, source)
@@ -380,6 +383,7 @@ def write_icechunk(
     progress: Progress | None,
     files: list[SourceFile],
     result,
+    record: dict | None = None,
 ) -> None:
     """Write ``plan`` into the Icechunk repository at ``url`` (its branch, emptied first), committed at the
     end: the grants become the repository's virtual chunk containers, the model Zarr v3 metadata, references
@@ -388,7 +392,7 @@ def write_icechunk(
     from nczmap.zmap.icechunk import checksum
 
     containers = as_containers(grants)
-    urls = _authorize_sources(plan, containers, "repository")
+    urls = _authorize_sources(plan.sources, containers, "repository")
     checksums = {file.url: checksum(file.recorded()) for file in files}
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
     with _open_target(zmap, url, netcdf_version) as target:
@@ -409,4 +413,144 @@ def write_icechunk(
                 progress(result.references + result.inline, result.references + result.inline)
         for file in files:
             file.check_unchanged()  # raising here discards the session: nothing is committed
+        zmap.commit_metadata = _commit_metadata(record)
         result.variables = len(variables)
+
+
+def _commit_metadata(record: dict | None) -> dict | None:
+    from nczmap.integrations.virtualize.append import RECORD
+
+    return None if record is None else {"nczmap": {RECORD: record}}
+
+
+# ------------------------------------------------------------------------------------------- appending
+def write_appended(
+    plan: Plan,
+    dataset: Dataset,
+    url: ParsedURL,
+    grants: list[str | Container],
+    files: list[SourceFile],
+    result,
+    checksums: bool,
+) -> None:
+    """Add what ``plan`` joins to ``dataset`` (open for update; the plan's first "file" is the dataset,
+    of kind ``existing``): its dimensions grown, the joined coordinate (and re-encoded variables) written
+    again whole, the new files' chunks as references or, where they do not fit the dataset's layout, their
+    values written into it. Nothing is saved here: the caller closes the map (or aborts it)."""
+    zmap = dataset.zmap
+    icechunk = url.driver == "icechunk"
+    sources = [source for source in plan.sources[1:]]
+    containers = as_containers(grants) if icechunk else zmap.containers
+    urls = _authorize_sources(sources, containers, "repository" if icechunk else "manifest")
+    if not icechunk and not url.on_s3:
+        zmap.keep_large_chunks_beside()
+    _grow(plan, dataset)
+    for variable in plan.variables:
+        if variable.rewrite:
+            _relayout(variable, _counterpart(dataset, variable), zmap)
+    dataset.flush()  # the arrays grown first: Icechunk takes a chunk only inside its array
+    stamps = {}
+    if icechunk:
+        from nczmap.zmap.icechunk import checksum
+
+        stamps = {file.url: checksum(file.recorded()) for file in files}
+    for variable in plan.variables:
+        dest = _counterpart(dataset, variable)
+        pairs = [
+            (storage, shift)
+            for storage, shift in zip(variable.storages, variable.shifts, strict=True)
+            if storage.kind != "existing"
+        ]
+        if variable.load:
+            if variable.rewrite:
+                _write_loaded(variable, dest, result)
+            else:
+                _write_new_values(variable, dest, result)
+        elif icechunk:
+            for storage, shift in pairs:
+                source = urls[storage.source]
+                for key, offset, length in _entries_written(variable, storage, shift, dest, zmap, result):
+                    zmap.set_virtual_ref(key, source, offset, length, checksum=stamps.get(source))
+                    result.references += 1
+        else:
+            _reference_new(variable, pairs, dest, zmap, urls, result, checksums)
+    for file in files:
+        file.check_unchanged()  # raising here abandons the append: nothing is saved or committed
+        if not icechunk:
+            zmap.manifest.sources[file.url] = file.recorded()
+    result.variables = len(plan.variables)
+
+
+def _reference_new(variable: SourceVariable, pairs, dest, zmap, urls, result, checksums: bool) -> None:
+    if _plain_keys(dest):
+        chunked = [(storage, shift) for storage, shift in pairs if storage.kind == "chunked"]
+        _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)
+        pairs = [(storage, shift) for storage, shift in pairs if storage.kind != "chunked"]
+    for storage, shift in pairs:
+        references = _entries_written(variable, storage, shift, dest, zmap, result)
+        result.references += zmap.set_references(urls[storage.source], references)
+        if checksums:
+            _record_checksums(zmap.manifest, storage, references)
+
+
+def _grow(plan: Plan, dataset: Dataset) -> None:
+    """The dataset's dimensions as long as the plan's (the joined one grows)."""
+    for group in plan.root.walk():
+        for dimension in group.dimensions.values():
+            held = dataset.find_dimension(dimension.path)
+            if held is not None and held.size != dimension.size:
+                held.size = dimension.size
+                dataset.writer.touch_dimension_users(held)
+
+
+def _relayout(variable: SourceVariable, dest, zmap) -> None:
+    """``dest`` to be written again whole in ``variable``'s layout and attributes: its chunks removed."""
+    for name in zmap.search(dest.key):
+        if not name.startswith(".") and name != "zarr.json":
+            zmap.delete(f"{dest.key}/{name}")
+    layout = variable.layout
+    dest.layout.chunks = tuple(layout.chunks)
+    dest.layout.dtype = layout.dtype
+    dest.layout.fill = layout.fill_value
+    dest.layout.codecs = layout.codecs
+    dest.layout.zarr3 = None  # a Zarr v3 array's zarr.json made anew from the layout, not only reshaped
+    for name in [name for name in dest.attrs if name not in variable.attrs]:
+        del dest.attrs[name]
+    for attribute in variable.attrs.all_typed():
+        if name_differs(dest.attrs, attribute):
+            dest.attrs.set(attribute.name, attribute)
+    dataset_writer = dest.group.root.writer
+    dataset_writer.touch(dest)
+
+
+def name_differs(attrs, attribute) -> bool:
+    """Whether ``attrs`` lacks ``attribute`` or holds another value or type under its name."""
+    if attribute.name not in attrs:
+        return True
+    held = attrs.typed(attribute.name)
+    if held is attribute:
+        return False
+    if held.nctype is not attribute.nctype:
+        return True
+    a, b = held.value, attribute.value
+    if isinstance(a, str | list) or isinstance(b, str | list):
+        return a != b
+    return not np.array_equal(np.asarray(a), np.asarray(b), equal_nan=np.asarray(a).dtype.kind == "f")
+
+
+def _write_new_values(variable: SourceVariable, dest, result) -> None:
+    """The new files' values of a loaded variable, each into its place along the joined axis."""
+    axis = variable.axis
+    if axis is None:
+        return
+    start = variable.storages[0].shape[axis]
+    for storage in variable.storages[1:]:
+        values = np.asarray(storage.values())
+        if variable.layout.dtype.nctype.name == "char" and values.dtype.kind == "U":
+            values = np.char.encode(values, "utf-8")
+        length = values.shape[axis]
+        region = [slice(None)] * values.ndim
+        region[axis] = slice(start, start + length)
+        dest[tuple(region)] = values
+        start += length
+    result.loaded.append(variable.key)

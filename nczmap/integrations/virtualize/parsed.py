@@ -26,7 +26,9 @@ A storage is one of three kinds:
   combiner splits into chunks of whole rows (``offset`` None: never written, every value is the fill);
 - ``values``: no byte range describes the data (NC_STRING, computed coordinates, chunks the manifest
   cannot express): ``values()`` returns the whole array as the netCDF API reads it, and the data is stored
-  inline or as native chunks.
+  inline or as native chunks;
+- ``existing``: the data already in the virtual dataset being appended to (``values()`` reads it back);
+  only the first "file" of an append, whose model is the dataset's own (format ``"existing"``).
 
 ``problem`` on a ``chunked``/``contiguous`` storage says why its bytes cannot be referenced; the variable
 is then loaded through ``values()`` when the parser gives one, refused otherwise.
@@ -81,7 +83,7 @@ class Storage:
     """Where one file keeps one variable's data."""
 
     source: str  # the file's name (messages and refusals): its real path or URL
-    kind: str  # "chunked", "contiguous" or "values"
+    kind: str  # "chunked", "contiguous", "values" or "existing"
     shape: tuple[int, ...]
     chunks: tuple[int, ...] = ()  # chunked: the chunk shape, in elements
     codecs: list[dict] = field(default_factory=list)  # numcodecs configs, encode order
@@ -122,6 +124,9 @@ class SourceVariable(Variable):
         self.load = False  # stored as data (inline or native chunks), not references
         self.twins: list[SourceVariable] = []  # the same variable in the other files joined (in order)
         self.split = 0  # contiguous data: the axis its chunks split (chunks 1 before it, whole after)
+        self.coding: str | None = None  # "retimed" or "decoded": files' encodings made to agree
+        self.rewrite = False  # appending: every value written again (else only the new files' values)
+        self.untyped = False  # its attributes' types are not known (read from pure Zarr: JSON numbers)
 
 
 @dataclass
