@@ -450,3 +450,45 @@ def test_peers_read_an_appended_new_dim_series_without_nczmap(tmp_path, suffix):
     unit, _, since = read["units"].partition(" since ")
     days = np.datetime64(since.strip()[:10], "D") + np.asarray(read["time"]) * np.timedelta64(1, "D")
     assert unit == "days" and [str(day).replace("-", "") for day in days] == dates
+
+
+def test_an_append_to_a_long_parquet_series_reads_no_record_but_the_last(tmp_path):
+    """3,400 daily COGs (hard links of one) fill several record files of each array; every record file but
+    the last of each array is replaced with garbage before the append, which must still succeed (it read
+    none of them) and give rasterio's values for the new day."""
+    rasterio = pytest.importorskip("rasterio")
+    import datetime
+
+    from test_virtualize_collections import write_cog
+
+    one = tmp_path / "one.tif"
+    write_cog(one, 1)
+    folder = tmp_path / "series"
+    folder.mkdir()
+    start = datetime.date(2000, 1, 1)
+    for day in range(3400):
+        os.link(one, folder / f"sst_{start + datetime.timedelta(days=day):%Y%m%d}.tif")
+    refs = tmp_path / "series.parq"
+    quiet_virtualize(str(folder / "sst_*.tif"), refs, new_dim="time=%Y%m%d")
+    records = {}
+    for directory in sorted(p for p in refs.rglob("*") if p.is_dir()):
+        names = sorted(directory.glob("refs.*.parq"), key=lambda p: int(p.name.split(".")[1]))
+        records.update({path: path.read_bytes() for path in names[:-1]})
+    assert len(records) >= 2  # several records, the earlier ones turned to garbage
+    for path in records:
+        path.write_bytes(b"garbage, not a record")
+    new = folder / f"sst_{start + datetime.timedelta(days=3400):%Y%m%d}.tif"
+    write_cog(new, 7)
+    quiet_virtualize([new], refs, append=True)
+    for path, data in records.items():  # untouched (and, being garbage, unread): now put back
+        assert path.read_bytes() == b"garbage, not a record"
+        path.write_bytes(data)
+    with (
+        xr.open_dataset(manifest_url(refs), engine="nczmap", mask_and_scale=False) as ds,
+        rasterio.open(new) as last,
+        rasterio.open(one) as first,
+    ):
+        assert ds.sizes["time"] == 3401
+        assert ds["time"].values[-1] == np.datetime64(start + datetime.timedelta(days=3400), "ns")
+        np.testing.assert_array_equal(ds["band_data"][-1].values, last.read(1))
+        np.testing.assert_array_equal(ds["band_data"][0].values, first.read(1))
