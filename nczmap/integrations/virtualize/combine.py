@@ -31,12 +31,7 @@ from nczmap.format import Dimension, Group
 from nczmap.format.codecs import CodecChain
 from nczmap.format.writer import TARGET_CHUNK_BYTES
 from nczmap.integrations.virtualize import encodings, newdim
-from nczmap.integrations.virtualize.parsed import (
-    ParsedFile,
-    Refusal,
-    SourceVariable,
-    Storage,
-)
+from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage, find_group
 
 DEFAULT_MAX_CHUNK_BYTES = TARGET_CHUNK_BYTES  # contiguous data is referenced in pieces no larger than this
 DEFAULT_MAX_LOAD_BYTES = 2 << 30  # a variable larger than this is refused rather than loaded into memory
@@ -203,15 +198,6 @@ def _find_variable(root: Group, path: str) -> SourceVariable | None:
     return group.variables.get(name)
 
 
-def _find_group(root: Group, path: str) -> Group | None:
-    group = root
-    for part in [p for p in path.strip("/").split("/") if p]:
-        group = group.groups.get(part)
-        if group is None:
-            return None
-    return group
-
-
 def _check_same_structure(first: ParsedFile, other: ParsedFile, concat: Dimension) -> None:
     """FormatError naming ``other`` unless it has ``first``'s groups, dimensions and variables."""
 
@@ -220,7 +206,7 @@ def _check_same_structure(first: ParsedFile, other: ParsedFile, concat: Dimensio
 
     refused = _refused_variables(first.refused) | _refused_variables(other.refused)
     for group in first.root.walk():
-        twin = _find_group(other.model, group.path)
+        twin = find_group(other.model, group.path)
         if twin is None:
             fail(f"it has no group {group.path!r}")
         if set(twin.groups) != set(group.groups):
@@ -268,7 +254,7 @@ def _check_same_meaning(
         return math.prod(variable.storages[0].shape) * 8 * count <= options.max_chunk_bytes
 
     for group in first.root.walk():
-        twin = _find_group(other.model, group.path)
+        twin = find_group(other.model, group.path)
         if twin is None:
             continue
         for name, variable in group.variables.items():

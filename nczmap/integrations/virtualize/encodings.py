@@ -30,7 +30,13 @@ from nczmap.errors import FormatError
 from nczmap.format import Attribute, Group
 from nczmap.format.types import type_of_numpy
 from nczmap.integrations.virtualize import cfdecode, timecoding
-from nczmap.integrations.virtualize.parsed import Constant, SourceVariable, Storage, native_dtype
+from nczmap.integrations.virtualize.parsed import (
+    Constant,
+    SourceVariable,
+    Storage,
+    find_group,
+    native_dtype,
+)
 
 PACKING = tuple(cfdecode.PACKING)  # made to agree by storing decoded values
 FIXED = ("units", "calendar", "valid_min", "valid_max", "valid_range")  # refused when they differ
@@ -205,7 +211,7 @@ def notes(first: Group, others: list[tuple[str, Group]], typed: bool = True) -> 
     differ: dict[str, set[str]] = {}
     for _, root in others:
         for group in first.walk():
-            twin = _group(root, group.path)
+            twin = find_group(root, group.path)
             if twin is None:
                 continue
             names = _names(group.attrs, twin.attrs)
@@ -226,15 +232,6 @@ def notes(first: Group, others: list[tuple[str, Group]], typed: bool = True) -> 
 
 def _names(a, b) -> list[str]:
     return list(dict.fromkeys([*a, *b]))
-
-
-def _group(root: Group, path: str) -> Group | None:
-    group = root
-    for part in [p for p in path.strip("/").split("/") if p]:
-        group = group.groups.get(part)
-        if group is None:
-            return None
-    return group
 
 
 # ------------------------------------------------------------------------------------------ settling

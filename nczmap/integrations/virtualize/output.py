@@ -117,15 +117,7 @@ def write(
                 _write_loaded(variable, dest, result)
                 continue
             pairs = list(zip(variable.storages, variable.shifts, strict=True))
-            if _plain_keys(dest):  # chunked storages: every chunk of the variable set at once
-                chunked = [(storage, shift) for storage, shift in pairs if storage.kind == "chunked"]
-                _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)
-                pairs = [(storage, shift) for storage, shift in pairs if storage.kind != "chunked"]
-            for storage, shift in pairs:
-                references = _entries_written(variable, storage, shift, dest, zmap, result)
-                result.references += zmap.set_references(urls[storage.source], references)
-                if checksums:
-                    _record_checksums(zmap.manifest, storage, references)
+            _reference(variable, pairs, dest, zmap, urls, result, checksums)
             done += _entry_count(variable)
             if progress is not None:
                 progress(min(done, total), total)
@@ -473,7 +465,7 @@ def write_appended(
                     zmap.set_virtual_ref(key, source, offset, length, checksum=stamps.get(source))
                     result.references += 1
         else:
-            _reference_new(variable, pairs, dest, zmap, urls, result, checksums)
+            _reference(variable, pairs, dest, zmap, urls, result, checksums)
     for file in files:
         file.check_unchanged()  # raising here abandons the append: nothing is saved or committed
         if not icechunk:
@@ -481,7 +473,9 @@ def write_appended(
     result.variables = len(plan.variables)
 
 
-def _reference_new(variable: SourceVariable, pairs, dest, zmap, urls, result, checksums: bool) -> None:
+def _reference(variable: SourceVariable, pairs, dest, zmap, urls, result, checksums: bool) -> None:
+    """The chunks of ``pairs`` (storages with their shifts along the joined axis) as references in the
+    manifest (small ones written into it); chunked storages with plain chunk keys all set at once."""
     if _plain_keys(dest):
         chunked = [(storage, shift) for storage, shift in pairs if storage.kind == "chunked"]
         _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)

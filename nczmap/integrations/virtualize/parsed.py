@@ -156,6 +156,16 @@ class ParsedFile:
             self.closers.pop()()
 
 
+def find_group(root: Group, path: str) -> Group | None:
+    """The group at ``path`` (``/g/h``) below ``root``, or None."""
+    group = root
+    for part in [p for p in path.strip("/").split("/") if p]:
+        group = group.groups.get(part)
+        if group is None:
+            return None
+    return group
+
+
 class Constant:
     """``values`` of data known when parsing (coordinates computed from metadata): picklable, unlike a
     lambda, so a parse can run in another process."""
