@@ -713,9 +713,11 @@ def _record(page: Page, array: str, table: ArrayReferences, need: int, record_si
     indices = np.zeros(record_size, dtype=np.int32)
     indices[refs] = local.ravel()
     urls = _text_array([page.urls[i].encode("utf-8") for i in used.tolist()], pa.string())
+    # written as it is: a Parquet string column with dictionary pages (as any string column of few values
+    # is written), never expanded to one string a row
     path = pa.DictionaryArray.from_buffers(
         pa.dictionary(pa.int32(), pa.string()), record_size, [_bitmap(refs), pa.py_buffer(indices)], urls
-    ).cast(pa.large_string() if len(urls.buffers()[2] or b"") * record_size >= 1 << 31 else pa.string())
+    )
     ordered = sorted(inline)
     present = np.zeros(record_size, dtype=bool)
     present[ordered] = True

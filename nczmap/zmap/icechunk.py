@@ -30,6 +30,7 @@ import datetime
 import math
 import os
 import re
+import stat
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
@@ -265,13 +266,14 @@ class IcechunkMap(ZMap):
             locations = self.session.all_virtual_chunk_locations()
         except self.ic.IcechunkError as exc:
             raise self._error(exc, "list the virtual chunk locations of") from exc
+        directories: dict[str, str | None] = {}  # a local directory's real path, resolved once
         for location in sorted(locations):
             if any(location.startswith(prefix) for prefix in self._checked):
-                self._check_location(location)
+                self._check_location(location, directories)
 
-    def _check_location(self, location: str) -> None:
+    def _check_location(self, location: str, directories: dict[str, str | None]) -> None:
         try:
-            canonical = normalize(location, None)
+            canonical = _local_real(location, directories) or normalize(location, None)
         except AccessDenied as exc:
             raise AccessDenied(f"{self.location} ({self.version}): {exc}") from None
         if containing(canonical, self.grants) is None:
@@ -526,6 +528,35 @@ class IcechunkMap(ZMap):
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+def _local_real(location: str, directories: dict[str, str | None]) -> str | None:
+    """The canonical ``file://`` URL of a plain local location (``file:///dir/name``) whose name is not a
+    symbolic link, its directory resolved once for all its files (``directories``); None for anything
+    else (then normalised in full)."""
+    if (
+        not location.startswith("file:///")
+        or "%" in location
+        or "\x00" in location
+        or location != location.strip()
+    ):
+        return None
+    directory, _, name = location[len("file://") :].rpartition("/")
+    if not name or name in (".", "..") or "/./" in directory + "/" or "/../" in directory + "/":
+        return None
+    if directory not in directories:
+        held = directory or "/"
+        directories[directory] = os.path.realpath(held) if os.path.isdir(held) else None
+    real = directories[directory]
+    if real is None:
+        return None
+    path = os.path.join(directory or "/", name)
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    return "file://" + (real.rstrip("/") + "/" + name)
+
+
 def _version(url: ParsedURL, mode: str) -> tuple[str | None, str | None, str | None]:
     """(branch, tag, snapshot) the URL names: one of them, ``branch=main`` when none."""
     fragment = url.fragment

@@ -102,6 +102,7 @@ class ManifestMap(ZMap):
         self._directories: dict[str, Beneath] = {}  # container prefix -> its directory, held open
         self._manifest_directory: Beneath | None = None  # a Parquet manifest's directory
         self._sidecar: Sidecar | None = None  # where large chunk data goes, if kept beside
+        self._inline_arrays: set[str] = set()  # arrays whose chunks stay in the manifest, however large
         self._lock = threading.Lock()
         self._dirty = mode == "w"
         self._index: KeyIndex | None = None
@@ -381,11 +382,12 @@ class ManifestMap(ZMap):
         ]
 
     def _write(self, key: str, data: memoryview) -> None:
-        name = key.rsplit("/", 1)[-1]
-        if len(data) > INLINE_LIMIT and not name.startswith(".") and self._sidecar is not None:
+        array, _, name = key.rpartition("/")
+        large = len(data) > INLINE_LIMIT and not name.startswith(".") and array not in self._inline_arrays
+        if large and self._sidecar is not None:
             self._set(key, Reference(self._sidecar.url, self._sidecar.append(data), len(data)))
             return
-        if len(data) > INLINE_LIMIT and not name.startswith("."):
+        if large:
             raise DataError(
                 f"cannot write {len(data)} bytes to {key!r} of the manifest {self.location}: chunks over "
                 f"{INLINE_LIMIT} bytes cannot be inlined; use set_reference() for data in another file, or "
@@ -461,6 +463,11 @@ class ManifestMap(ZMap):
             raise DataError(f"{self.location}: large chunks are kept beside local manifests only")
         if self._sidecar is None:
             self._sidecar = Sidecar(self.url.path)
+
+    def keep_inline(self, array: str) -> None:
+        """Keep the chunks of ``array`` in the manifest whatever their size: a small array written again
+        whole by every append (a joined coordinate), whose old chunks must not outlive it in chunk files."""
+        self._inline_arrays.add(self._key(array, writing=True))
 
     def set_reference(self, key: str, url: str, offset: int = 0, length: int = WHOLE) -> None:
         """Make ``key`` refer to ``length`` bytes at ``offset`` of ``url`` (WHOLE: the whole object).

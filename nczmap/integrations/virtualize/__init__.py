@@ -41,6 +41,7 @@ from nczmap.integrations.virtualize.append import (
     Join,
     check_new_variables,
     check_order,
+    digests,
     existing_file,
     options_for,
     reconcile,
@@ -172,7 +173,7 @@ def virtualize(
         result.formats = [p.format for p in parsed]
         kept = [f for f in files if f.name in joined.sources]
         refused = [r.variable for r in joined.refused if r.attribute is None]
-        record = dataclasses.replace(given, refused=refused).to_json()
+        record = dataclasses.replace(given, refused=refused, digests=digests(joined)).to_json()
         write(joined, url, granted, netcdf_version, progress, kept, result, bool(checksums), record)
     finally:
         for item in parsed:
@@ -228,7 +229,7 @@ def _append(
             _refuse_known_sources(zmap, files, url.location)
             files = _in_date_order(files, options)
             parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
-            existing = existing_file(dataset, url.location, join.refused)
+            existing = existing_file(dataset, url.location, join)
             joined = plan([existing, *parsed], options)
             check_new_variables(joined, existing, url.location)
             check_order(joined, join.concat or join.new_dim[0], url.location)

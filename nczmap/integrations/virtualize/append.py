@@ -24,6 +24,7 @@ import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format import Dimension, Group
 from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, Plan
+from nczmap.integrations.virtualize.encodings import digest
 from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage
 
 RECORD = "virtualize"  # the key of the record in nczmap's manifest extension and in commit metadata
@@ -40,6 +41,7 @@ class Join:
     max_chunk_bytes: int = DEFAULT_MAX_CHUNK_BYTES
     checksums: bool = False
     refused: list[str] = field(default_factory=list)  # variables left out when it was made
+    digests: dict[str, str] = field(default_factory=dict)  # small variables not joined: their values'
 
     def to_json(self) -> dict:
         return {
@@ -50,6 +52,7 @@ class Join:
             "max_chunk_bytes": self.max_chunk_bytes,
             "checksums": self.checksums,
             "refused": sorted(self.refused),
+            "digests": dict(sorted(self.digests.items())),
         }
 
     @classmethod
@@ -59,6 +62,7 @@ class Join:
             raise FormatError(f"{where}: its record of how it was virtualized is not one nczmap reads")
         concat, new_dim = record.get("concat"), record.get("new_dim")
         load, size, refused = record.get("load", []), record.get("max_chunk_bytes"), record.get("refused", [])
+        digests = record.get("digests", {})
         valid = (
             (concat is None or isinstance(concat, str))
             and (new_dim is None or (isinstance(new_dim, list) and len(new_dim) == 2))
@@ -70,6 +74,8 @@ class Join:
             and isinstance(record.get("checksums", False), bool)
             and isinstance(refused, list)
             and all(isinstance(x, str) for x in refused)
+            and isinstance(digests, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items())
         )
         if not valid:
             raise FormatError(
@@ -82,6 +88,7 @@ class Join:
             size,
             bool(record.get("checksums", False)),
             list(refused),
+            dict(digests),
         )
 
 
@@ -135,13 +142,16 @@ def options_for(join: Join, skip_mismatched: bool) -> CombineOptions:
 
 
 # --------------------------------------------------------------------------------- the existing dataset
-def existing_file(dataset: Group, source: str, refused: list[str]) -> ParsedFile:
+def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
     """The dataset as the first parsed "file" of a join: its model, each variable's storage of kind
-    ``existing`` (its own layout; ``values()`` reads it back)."""
+    ``existing`` (its own layout; ``values()`` reads it back; the digest of its values, if recorded)."""
     root = Group("/", None)
     _copy_groups(dataset, root)
     _copy_variables(dataset, root, source, untyped=not dataset.dialect.is_nczarr)
-    refusals = [Refusal(key, "it was left out when the dataset was made", source) for key in refused]
+    for group in root.walk():
+        for variable in group.variables.values():
+            variable.storages[0].digest = join.digests.get(variable.key)
+    refusals = [Refusal(key, "it was left out when the dataset was made", source) for key in join.refused]
     return ParsedFile(source, root, refusals, format="existing")
 
 
@@ -227,3 +237,15 @@ def check_new_variables(plan: Plan, existing: ParsedFile, where: str) -> None:
                 f"{refusal.source} cannot be appended to {where}: its variable {refusal.variable!r} cannot "
                 f"be virtualized ({refusal.reason}), but the dataset holds it"
             )
+
+
+def digests(plan: Plan) -> dict[str, str]:
+    """The digests of the small variables not along the joined dimension (their values are the first
+    file's), for appends to compare new files with."""
+    found = {}
+    for variable in plan.variables:
+        if variable.axis is None:
+            value = digest(variable)
+            if value is not None:
+                found[variable.key] = value
+    return found

@@ -118,7 +118,7 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
         reason = reason or _reference_problem(variable, parsed, options)
         if variable.name in wanted or variable.key in wanted:
             reason = reason or "asked for"
-        if reason is None and concat is not None and _is_joined_coordinate(variable):
+        if reason is None and concat is not None and is_joined_coordinate(variable):
             reason = "the coordinate of the joined dimension"
         if reason is not None:
             refusal = _load(variable, options)
@@ -172,7 +172,8 @@ def _join(
         variable.layout.shape = tuple(d.size for d in variable.dims)
 
 
-def _is_joined_coordinate(variable: SourceVariable) -> bool:
+def is_joined_coordinate(variable: SourceVariable) -> bool:
+    """Whether ``variable`` is the coordinate variable of the joined dimension."""
     return variable.axis is not None and len(variable.dims) == 1 and variable.dims[0].name == variable.name
 
 
@@ -503,7 +504,7 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     the joined dimension and variables re-encoded (retimed) are written again whole, as ``virtualize`` of
     every file would write them."""
     if variable.storages[0].kind == "existing":
-        variable.rewrite = variable.rewrite or _is_joined_coordinate(variable) or variable.coding == "retimed"
+        variable.rewrite = variable.rewrite or is_joined_coordinate(variable) or variable.coding == "retimed"
         if not variable.rewrite:
             return _load_new(variable, options)
     _ensure_values(variable)

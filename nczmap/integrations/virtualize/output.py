@@ -20,7 +20,7 @@ from nczmap.api import format_options
 from nczmap.errors import AccessDenied, DatasetExists, FormatError, StorageError
 from nczmap.format import Dataset
 from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs, open_target
-from nczmap.integrations.virtualize.combine import Plan, loaded_values
+from nczmap.integrations.virtualize.combine import Plan, is_joined_coordinate, loaded_values
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
 from nczmap.integrations.virtualize.sources import SourceFile
 from nczmap.manifest.containers import Container, as_containers, authorize, normalize
@@ -114,6 +114,8 @@ def write(
         for variable in variables:
             dest = _counterpart(target, variable)
             if variable.load:
+                if is_joined_coordinate(variable):  # written again by each append: never in a chunk file
+                    zmap.keep_inline(dest.key)
                 _write_loaded(variable, dest, result)
                 continue
             pairs = list(zip(variable.storages, variable.shifts, strict=True))
@@ -455,6 +457,8 @@ def write_appended(
         ]
         if variable.load:
             if variable.rewrite:
+                if not icechunk:
+                    zmap.keep_inline(dest.key)
                 _write_loaded(variable, dest, result)
             else:
                 _write_new_values(variable, dest, result)

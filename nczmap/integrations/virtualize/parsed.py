@@ -95,6 +95,7 @@ class Storage:
     sizes: array = field(default_factory=lambda: array("q"))
     read: Callable[[int, int], bytes] | None = None  # the source's bytes (small chunks are inlined)
     values: Callable[[], object] | None = None  # the whole array as a numpy array (loading)
+    digest: str | None = None  # existing: the recorded digest of its values (see encodings.digest)
 
     def named(self, source: str) -> Storage:
         """A copy for the same data in another file (a twin's values computed from metadata)."""
