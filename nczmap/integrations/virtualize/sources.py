@@ -186,6 +186,16 @@ class SourceFile:
         """Up to ``length`` bytes at ``offset`` (fewer at the end): what parsers sniff formats from."""
         return self.read(offset, max(0, min(length, self.size - offset)))
 
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        """Exactly the bytes of each ``(offset, length)``, fetched together (a remote source merges
+        neighbours and fetches the rest concurrently); StorageError if the source ends before one."""
+        return [self.read(offset, length) for offset, length in ranges]
+
+    def cached(self, offset: int, length: int) -> bytes | None:
+        """The bytes at ``offset`` if they can be had without waiting on a request (a local file: always;
+        a remote one: what it has fetched already), else None. Fewer at the end of the source."""
+        return self.read_head(offset, length)
+
     def grant(self) -> str | Container:
         """The container it lies in by default (its directory or bucket prefix)."""
         raise NotImplementedError
@@ -271,6 +281,9 @@ class RemoteFile(SourceFile):
         if len(data) != length:
             raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
         return data
+
+    def cached(self, offset: int, length: int) -> bytes | None:
+        return self.reader.cached(offset, length)
 
     def get(self, start: int, end: int) -> bytes:
         raise NotImplementedError
@@ -434,6 +447,17 @@ class RangeReader(io.RawIOBase):
         while len(self._blocks) > CACHED_BLOCKS:
             self._blocks.popitem(last=False)
         data = parts[0] if len(parts) == 1 else b"".join(parts)
+        return data[offset - first * BLOCK : end - first * BLOCK]
+
+    def cached(self, offset: int, length: int) -> bytes | None:
+        """The bytes at ``offset`` if every block they lie in is held, else None (no request)."""
+        end = min(offset + length, self.size)
+        if offset >= end:
+            return b""
+        first, last = offset // BLOCK, (end - 1) // BLOCK
+        if any(n not in self._blocks for n in range(first, last + 1)):
+            return None
+        data = b"".join(self._blocks[n] for n in range(first, last + 1))
         return data[offset - first * BLOCK : end - first * BLOCK]
 
     def _get(self, start: int, end: int) -> bytes:
