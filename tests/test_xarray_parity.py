@@ -449,10 +449,16 @@ def test_nul_inside_char_text_is_kept_in_pure_zarr_and_refused_by_name_in_nczarr
         assert ours.v.attrs["flags"] == netcdf.v.attrs["flags"] == "ab"  # netCDF4-python drops NULs
 
 
-def test_attributes_that_are_not_utf8_are_refused_by_name(both):
-    data = xr.Dataset(attrs={"raw": b"\xff\xfe"})
-    with pytest.raises(EncodingError, match=r"attribute 'raw': .*not UTF-8"):
-        nczmap.to_nczarr(data, both.store())
+def test_attributes_that_are_not_utf8_read_back_as_netcdf4_reads_them(both):
+    data = xr.Dataset(attrs={"raw": b"\xff\xfeok", "nul": b"\x00", "text": b"caf\xc3\xa9"})
+    data.to_netcdf(both.nc(), engine="netcdf4")
+    store = both.store()
+    nczmap.to_nczarr(data, store)
+    with (
+        xr.open_dataset(both.nc(), engine="netcdf4") as theirs,
+        xr.open_dataset(store, engine="nczmap") as ours,
+    ):
+        assert ours.attrs == theirs.attrs == {"raw": "\ufffd\ufffdok", "nul": "", "text": "café"}
 
 
 # ------------------------------------------------------------------------ what NCZarr cannot hold

@@ -24,9 +24,10 @@ from typing import Any
 from xarray import Dataset as XDataset
 from xarray import DataTree
 from xarray import Variable as XVariable
-from xarray.backends.common import ArrayWriter, WritableCFDataStore
+from xarray.backends.common import ArrayWriter, WritableCFDataStore, _encode_variable_name
 from xarray.backends.netCDF4_ import _ensure_no_forward_slash_in_name, _extract_nc4_variable_encoding
 from xarray.coding.strings import CharacterArrayCoder, EncodedStringCoder
+from xarray.conventions import ensure_not_multiindex
 
 from nczmap._lazy import numpy as np
 from nczmap.api import open_dataset as open_nczmap
@@ -214,7 +215,8 @@ def _nodes(
         _validate_attrs(dataset, "netcdf4")
         _check_names(dataset)
         for name, variable in dataset.variables.items():
-            asked = (node_encoding.get(name) or {}).get("dtype", variable.encoding.get("dtype"))
+            ensure_not_multiindex(variable, name)  # xarray's NotImplementedError, as to_netcdf raises it
+            asked = _mapping(node_encoding.get(name) or {}).get("dtype", variable.encoding.get("dtype"))
             _check_storable(name, variable, asked)
         for name in node_encoding:
             if name not in dataset.variables:
@@ -223,6 +225,14 @@ def _nodes(
         unlimited = _unlimited(dataset, node_unlimited)
         nodes.append(_Node(path, dataset, node_encoding, unlimited, recorded))
     return nodes
+
+
+def _mapping(encoding: object) -> dict:
+    """A variable's encoding as ``to_netcdf`` takes it: a mapping, or xarray's ValueError."""
+    try:
+        return dict(encoding)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as err:
+        raise ValueError("encoding must be castable to a dictionary") from err
 
 
 def _per_group(tree: DataTree, unlimited_dims: object) -> dict[str, set]:
@@ -255,7 +265,8 @@ def _check_names(dataset: XDataset) -> None:
     """Names netCDF cannot hold: '/' as the netcdf4 engine says; the rest (control characters, a leading
     '.') are NC_EBADNAME in netcdf-c (RuntimeError from netCDF4-python), an EncodingError here."""
     for name, variable in dataset.variables.items():
-        for what, text in [("variable", name), *(("dimension", dim) for dim in variable.dims)]:
+        names = [("variable", _encode_variable_name(name)), *(("dimension", dim) for dim in variable.dims)]
+        for what, text in names:
             if not isinstance(text, str):
                 raise TypeError(f"Invalid {what} name {text!r}: must be a string for serialization to netCDF")
             _ensure_no_forward_slash_in_name(text)
@@ -339,6 +350,8 @@ class NCZmapWritableStore(NCZmapDataStore, WritableCFDataStore):
         nc_dtype = _nc_dtype(name, variable)
         options, lsd = variable_options(name, variable, fill, check_encoding, unlimited_dims)
         data = variable.data
+        if nc_dtype is str and variable.dtype.kind == "S":  # bytes written as strings: their UTF-8 text
+            data = _decoded(data)
         if lsd is not None:
             if variable.dtype.kind == "f":  # quantized as netCDF4-python quantizes before writing
                 data = _quantize(data, lsd)
@@ -401,13 +414,9 @@ def attribute_value(value: object) -> object:
 
 
 def _utf8(value: bytes) -> str:
-    try:
-        return bytes(value).decode("utf-8")
-    except UnicodeDecodeError:
-        raise EncodingError(
-            f"{value!r} is not UTF-8 text: NCZarr keeps char attributes as JSON text; decode the bytes "
-            "to str first"
-        ) from None
+    """Bytes as the text netCDF4-python reads back from the char attribute the netcdf4 engine writes: UTF-8,
+    what is not UTF-8 replaced (U+FFFD); NULs are then treated as in any text (``_text``)."""
+    return bytes(value).decode("utf-8", errors="replace")
 
 
 def _nc_dtype(name: str, variable: XVariable) -> object:
@@ -415,13 +424,27 @@ def _nc_dtype(name: str, variable: XVariable) -> object:
     asked = variable.encoding.pop("dtype", None)
     _check_storable(name, variable, asked)
     dtype = variable.dtype
-    if dtype.kind in "OU":
-        return str
+    if dtype.kind in "OU" or (dtype.kind == "S" and _is_str(asked)):
+        return str  # bytes asked for as dtype=str: strings, as the netcdf4 engine writes them
     if dtype.kind == "S" and dtype.itemsize > 1:  # CharacterArrayCoder made other bytes char arrays
         raise EncodingError(f"variable {name!r}: fixed-width bytes {dtype} have no netCDF type")
     if dtype.kind not in "iufbS":
         raise EncodingError(f"variable {name!r}: numpy dtype {dtype} has no netCDF type")
     return dtype
+
+
+def _decoded(data: object) -> object:
+    """Bytes values as text (numpy or dask)."""
+    if hasattr(data, "map_blocks"):
+        return data.map_blocks(np.char.decode, "utf-8", dtype=np.dtype(str))
+    return np.char.decode(np.asarray(data), "utf-8")
+
+
+def _is_str(dtype: object) -> bool:
+    try:
+        return dtype is str or np.dtype(dtype).kind == "U"
+    except TypeError:
+        return False
 
 
 def _check_storable(name: str, variable: XVariable, asked: object = None) -> None:
