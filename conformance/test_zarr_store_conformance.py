@@ -172,6 +172,17 @@ def string_fill(ds: xr.Dataset, kind: Kind) -> xr.Dataset:
     return on_variables(ds, change)
 
 
+def bytes_fill(ds: xr.Dataset, kind: Kind) -> xr.Dataset:
+    def change(variable: xr.Variable) -> xr.Variable:
+        fill = variable.attrs.get("_FillValue")
+        if not isinstance(fill, str) or variable.dtype.kind != "S":
+            return variable
+        attrs = {**variable.attrs, "_FillValue": np.bytes_(fill.encode("utf-8"))}
+        return xr.Variable(variable.dims, variable.values, attrs, variable.encoding)
+
+    return on_variables(ds, change)
+
+
 def hidden_nc_attributes(ds: xr.Dataset, kind: Kind) -> xr.Dataset:
     ds = ds.copy()
     for attrs in [ds.attrs] + [v.attrs for v in ds.variables.values()]:
@@ -270,6 +281,13 @@ DIFFERENCES: list[Difference] = [
         "says they are UTF-8 text: NCZarr's types are in _nczarr_attr, which xarray hides)",
         fixed_bytes,
         every,
+    ),
+    Difference(
+        "a string variable's _FillValue is zarr's fill_value, fixed-width bytes like its values: b'zz' "
+        "where netCDF4-python gives 'zz'",
+        bytes_fill,
+        every,
+        frozenset({"empty_strings"}),
     ),
     Difference(
         "xarray's zarr backend hides every attribute named _nc* (netCDF4-python shows ncgen's "

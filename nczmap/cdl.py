@@ -10,7 +10,9 @@ attributes (``pr_att_specials``/``pr_att_hidden``).
 netcdf-c behaviours reproduced on purpose, because ncdump prints them:
 
 * an empty element of a ``string`` variable is a NULL pointer in NCZarr (``NCZ_fixed2char``), which
-  is never equal to the default fill ``""``, so it prints ``NIL`` (an HDF5 file prints ``_``);
+  is never equal to the default fill ``""``, so it prints ``NIL``; in a netCDF-4 (HDF5) file it is an empty
+  string, ``_`` where it equals the fill value (the default ``""``), else ``""``: so print a netCDF-4 file
+  and a manifest made of netCDF-4 files (``source_format``), as ncdump prints the file;
 * ``-s`` on a scalar prints ``v:_ChunkSizes = `` with no values and no newline (the loop that would
   print them and the terminator has nothing to do);
 * ``-v /v`` does not select a root-group variable (``nc_inq_gvarid`` compares ``"/"`` with ``""``);
@@ -263,9 +265,12 @@ def _format_numbers(nctype: str, numbers: list) -> bytes:
 class ValueFormatter:
     """Turns a block of one variable's values into the strings ncdump prints (``_`` for fill)."""
 
-    def __init__(self, nctype: str, fill: object, c_format: str | None = None) -> None:
+    def __init__(
+        self, nctype: str, fill: object, c_format: str | None = None, empty_is_null: bool = True
+    ) -> None:
         self.nctype = nctype
         self.fill = fill  # None: no fill value is recognised
+        self.empty_is_null = empty_is_null  # an empty string reads as NULL (NCZarr), not "" (HDF5)
         self.c_format = _python_format(c_format) if c_format else None
 
     def __call__(self, values: np.ndarray) -> list[bytes]:
@@ -295,7 +300,7 @@ class ValueFormatter:
         return text.encode("ascii")
 
     def _string(self, value: str | None) -> bytes:
-        if value == "":
+        if value == "" and self.empty_is_null:
             value = None  # NCZarr returns NULL for a string whose first byte is NUL
         if value is not None and value == self.fill:
             return FILL_STRING
@@ -795,7 +800,12 @@ class _VariableData:
         self.rank = len(self.shape)
         c_format = _c_format_attribute(variable)
         self.as_text = variable.nctype.name == "char" and c_format in (None, "%s", "")
-        self.format = ValueFormatter(variable.nctype.name, fill_value_for_cdl(variable), c_format)
+        self.format = ValueFormatter(
+            variable.nctype.name,
+            fill_value_for_cdl(variable),
+            c_format,
+            empty_is_null=source_format(variable.group.root) != "netcdf4",
+        )
         self.unlimited = [dim.unlimited for dim in variable.dims]
 
     def dump(self) -> None:
@@ -1009,6 +1019,16 @@ def _missing_value(variable) -> object:
 def _aligned_step(limit: int, chunk: int) -> int:
     """The largest whole number of chunks within ``limit`` (``limit`` itself when one chunk is larger)."""
     return limit - limit % chunk if chunk <= limit else limit
+
+
+def source_format(dataset) -> str | None:
+    """The format of the file a dataset was read from (``netcdf4``, ``netcdf3``, ``tiff``: a file, or a
+    manifest made of such files), or None for a store: ncdump prints a few things differently for them."""
+    found = getattr(dataset, "source_format", None)
+    if found is None:
+        manifest = getattr(getattr(dataset, "zmap", None), "manifest", None)
+        found = getattr(manifest, "source_format", None)
+    return found
 
 
 def fill_value_for_cdl(variable) -> object:

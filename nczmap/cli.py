@@ -135,10 +135,9 @@ def _open_for_dump(args: argparse.Namespace):
 def _netcdf3_source(dataset) -> bool:
     """Whether ``dataset`` is a netCDF-3 file, or a manifest made of netCDF-3 files (ncdump prints their
     text attributes broken after newlines)."""
-    if getattr(dataset, "source_format", None) == "netcdf3":
-        return True
-    manifest = getattr(getattr(dataset, "zmap", None), "manifest", None)
-    return getattr(manifest, "source_format", None) == "netcdf3"
+    from nczmap.cdl import source_format
+
+    return source_format(dataset) == "netcdf3"
 
 
 def _write_line(data: bytes) -> None:

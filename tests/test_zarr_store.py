@@ -753,3 +753,26 @@ def test_zarrays_zarr_python_cannot_read_as_written_are_presented_readable(tmp_p
     never = zarr.open_group(store, mode="r")["never"]
     assert never.dtype == np.dtype("S1")
     assert never[:].tolist() == [[b""] * 3] * 8
+
+
+def test_a_string_fill_value_reads_the_same_in_netcdf_c_zarr_and_nczmap(tmp_path):
+    """netcdf-c writes a string array's fill_value as its text; Zarr v2 wants base64 for fixed-width bytes:
+    NCZarr keeps netcdf-c's text (shown to zarr as base64), pure Zarr is written as zarr-python reads it.
+    A never-written chunk reads as the fill value everywhere."""
+    import zarr
+
+    for mode, name in (("nczarr", "s.file"), ("zarr", "s.zarr")):
+        url = f"file://{tmp_path / name}#mode={mode},file"
+        with nczmap.create_dataset(url) as ds:
+            ds.create_dimension("n", 4)
+            v = ds.create_variable("v", ("n",), "string", chunks=(2,), fill_value="zz")
+            v[:2] = ["a", ""]
+        stored = json.loads((tmp_path / name / "v" / ".zarray").read_text())["fill_value"]
+        assert stored == ("zz" if mode == "nczarr" else "eno=")
+        with nczmap.open_dataset(url) as ds:
+            assert list(ds.variables["v"][:]) == ["a", "", "zz", "zz"]
+        group = zarr.open_group(nczmap.ZarrStore(url), mode="r", zarr_format=2)
+        assert group["v"].fill_value == b"zz" and list(group["v"][:]) == [b"a", b"", b"zz", b"zz"]
+        if mode == "zarr":  # zarr-python alone, nczmap not in the way
+            plain = zarr.open_group(str(tmp_path / name), mode="r", zarr_format=2)
+            assert plain["v"].fill_value == b"zz"

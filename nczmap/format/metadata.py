@@ -71,12 +71,23 @@ def attribute_type(attribute: Attribute, dialect: Dialect) -> str:
     return dtype_string(attribute.nctype, "<", max(maxlen, 1), dialect.char_dtype)
 
 
-def fill_json(variable: Variable) -> object:
+def fill_json(variable: Variable, base64_text: bool = False) -> object:
+    """The ``.zarray`` ``fill_value``. Text (char, string) is its ``_FillValue``'s, as netcdf-c writes it
+    (kept consistent with the attribute); ``base64_text``: as Zarr v2 spells a fixed-width bytes value
+    (pure Zarr, read by zarr-python), else as the text itself (NCZarr, as netcdf-c writes it)."""
     fill = variable.layout.fill_value
     if fill is None:
         return None
     if variable.nctype.is_text:
-        return ""
+        if "_FillValue" in variable.attrs and isinstance(variable.attrs["_FillValue"], str | bytes):
+            fill = variable.attrs["_FillValue"]
+        raw = fill if isinstance(fill, bytes) else str(fill).encode("utf-8", "surrogateescape")
+        raw = raw.rstrip(b"\x00")
+        if base64_text:
+            import base64
+
+            return base64.b64encode(raw).decode("ascii")
+        return raw.decode("utf-8", "surrogateescape")
     return json_values(np.array([fill], dtype=variable.nctype.numpy))[0]
 
 
@@ -103,7 +114,7 @@ def zarray_json(variable: Variable, dialect: Dialect) -> dict:
     compressor, filters = _codec_json(variable)
     meta = {"zarr_format": 2, "shape": shape, "dtype": array_dtype(variable, dialect), "chunks": chunks}
     if not (dialect is D0 and layout.fill_value is None):
-        meta["fill_value"] = fill_json(variable)
+        meta["fill_value"] = fill_json(variable, base64_text=dialect is PURE)
     meta.update(order=layout.order, compressor=compressor, filters=filters)
     if layout.separator != ".":
         meta["dimension_separator"] = layout.separator

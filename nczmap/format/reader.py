@@ -573,7 +573,7 @@ def parse_layout(zarray: dict, pure: bool, key: str, exact: Callable[[], dict] |
     if exact_zarray is not None:
         filters, compressor = exact_zarray.get("filters") or [], exact_zarray.get("compressor")
     codecs = CodecChain(list(filters), compressor, dtype.itemsize)
-    fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key)
+    fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key, base64_text=pure)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)
 
 
@@ -592,7 +592,9 @@ def _copied(layout: ArrayLayout) -> ArrayLayout:
     )
 
 
-def parse_fill(value: object, nctype: NCType, key: str) -> object:
+def parse_fill(value: object, nctype: NCType, key: str, base64_text: bool = True) -> object:
+    """The ``fill_value`` of an array of type ``nctype``. Text: netcdf-c writes NCZarr's as the text itself;
+    pure Zarr's is base64 (Zarr v2, zarr-python), unless it is not (netcdf-c's pure Zarr: taken as text)."""
     if value is None:
         return None
     if nctype.is_text:
@@ -601,9 +603,11 @@ def parse_fill(value: object, nctype: NCType, key: str) -> object:
 
         text = value if isinstance(value, str) else ""
         try:
+            if not base64_text:
+                raise ValueError("NCZarr's fill text")
             raw = base64.b64decode(text, validate=True) if text else b""
         except (binascii.Error, ValueError):
-            raw = text.encode()
+            raw = text.encode("utf-8", "surrogateescape")
         return raw[:1] or b"\x00" if nctype is CHAR else raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
     number = convert_value(value, nctype, f"fill_value of {key!r}")  # checked now, a numpy scalar later
     return PendingFill(lambda: nctype.numpy.type(number))

@@ -18,6 +18,7 @@ when the zip driver commits its archive); a store over a map the caller opened l
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
 import os
@@ -62,9 +63,10 @@ class _Presentation:
     ``.zgroup`` keys of every group. Merged contents are made on first request and kept.
     """
 
-    def __init__(self, dimensions: dict[str, list[str]], groups: set[str]) -> None:
+    def __init__(self, dimensions: dict[str, list[str]], groups: set[str], nczarr: bool = False) -> None:
         self.dimensions = dimensions
         self.groups = groups
+        self.nczarr = nczarr  # NCZarr metadata (not pure Zarr): text fill values are the text itself
         self.contents: dict[str, bytes | None] = {}
 
     def covers(self, key: str) -> bool:
@@ -84,8 +86,9 @@ class _Presentation:
             elif key == "/.zmetadata":
                 self.contents[key] = self._consolidated(_stored(zmap, key))
             elif parent_and_name(key)[1] == ".zarray":
-                nczarr = join(parent_and_name(key)[0], ".zattrs") in self.dimensions
-                self.contents[key] = _portable_zarray(zmap, key, _stored(zmap, key), nczarr)
+                named = join(parent_and_name(key)[0], ".zattrs") in self.dimensions
+                stored = _stored(zmap, key)
+                self.contents[key] = _portable_zarray(zmap, key, stored, named, self.nczarr)
             elif parent_and_name(key)[1] in (".zattrs", ".zgroup"):
                 stored = _stored(zmap, key)  # kept as read: zarr asks for it right after
                 self.contents[key] = _strict_json(stored) or stored
@@ -110,7 +113,7 @@ class _Presentation:
             members.setdefault(key[1:], {"zarr_format": 2})
         for key, member in members.items():
             if key.endswith(".zarray") and isinstance(member, dict):
-                member.update(_portable_fields(member))
+                member.update(_portable_fields(member, self.nczarr))
         return json.dumps(document).encode()
 
 
@@ -167,7 +170,9 @@ def _with_dimensions(stored: bytes | None, names: list[str]) -> bytes:
     return json.dumps({**attrs, "_ARRAY_DIMENSIONS": names}).encode()
 
 
-def _portable_zarray(zmap: ZMap, key: str, stored: bytes | None, nczarr: bool = False) -> bytes | None:
+def _portable_zarray(
+    zmap: ZMap, key: str, stored: bytes | None, nczarr: bool = False, text_fill: bool = False
+) -> bytes | None:
     """A ``.zarray`` as zarr-python 3 can read it, or None when it can as stored: a one-byte dtype with a
     byte order (netcdf-c writes ``>S1`` for char, ``<u1``) gets ``|``; netcdf-c 4.8.0-4.9.0's char arrays,
     declared ``<U1`` but stored one byte a character, are shown as the ``|S1`` they are (in an NCZarr
@@ -176,20 +181,26 @@ def _portable_zarray(zmap: ZMap, key: str, stored: bytes | None, nczarr: bool = 
     array = _json_object(stored)
     if array is None:
         return None
-    fields = _portable_fields(array)
+    fields = _portable_fields(array, text_fill)
     if array.get("dtype") in ("<U1", ">U1") and _one_byte_characters(zmap, key, array, nczarr):
         fields["dtype"] = "|S1"
     return json.dumps({**array, **fields}).encode() if fields else None
 
 
-def _portable_fields(array: dict) -> dict:
-    """The fields of the ``.zarray`` ``array`` that zarr-python cannot read as they are, made readable."""
+def _portable_fields(array: dict, nczarr: bool = False) -> dict:
+    """The fields of the ``.zarray`` ``array`` that zarr-python cannot read as they are, made readable
+    (``nczarr``: an NCZarr array, whose text fill value is the text itself)."""
     fields: dict = {}
     dtype = array.get("dtype")
     if _portable_dtype(dtype) != dtype:
         fields["dtype"] = _portable_dtype(dtype)
     if "fill_value" not in array:
         fields["fill_value"] = None
+    fill = array.get("fill_value")
+    if isinstance(fill, str) and isinstance(dtype, str) and dtype[1:2] == "S" and (nczarr or not _b64(fill)):
+        # netcdf-c writes a string or char array's fill value as its text; Zarr v2 (and zarr-python)
+        # read the fill value of a fixed-width bytes dtype as base64 (nczmap's pure Zarr writes that)
+        fields["fill_value"] = base64.b64encode(fill.encode("utf-8", "surrogateescape")).decode("ascii")
     filters = array.get("filters")
     if isinstance(filters, list) and any(_unsized_shuffle(f) for f in filters):
         try:
@@ -199,6 +210,14 @@ def _portable_fields(array: dict) -> dict:
         if size:
             fields["filters"] = [{**f, "elementsize": size} if _unsized_shuffle(f) else f for f in filters]
     return fields
+
+
+def _b64(text: str) -> bool:
+    try:
+        base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error is one
+        return False
+    return True
 
 
 def _unsized_shuffle(codec: object) -> bool:
@@ -277,7 +296,7 @@ def _presentation_of(zmap: ZMap) -> _Presentation:
                 names = [_SCALAR_DIMENSION] * len(variable.layout.shape)
             if len(names) == len(variable.layout.shape):
                 dimensions[join(variable.key, ".zattrs")] = names
-    return _Presentation(dimensions, groups)
+    return _Presentation(dimensions, groups, dataset.dialect.is_nczarr)
 
 
 # --------------------------------------------------------------------------------------- byte ranges

@@ -126,8 +126,8 @@ def write(
         for file in files:
             file.check_unchanged()  # raising here abandons the manifest unwritten
             zmap.manifest.sources[file.url] = file.recorded()
-        if set(result.formats) == {"netcdf3"}:
-            zmap.manifest.source_format = "netcdf3"  # ncdump prints netCDF-3 files' text a little apart
+        if len(set(result.formats)) == 1:  # ncdump prints netCDF-3 text and netCDF-4 strings apart
+            zmap.manifest.source_format = result.formats[0]
         zmap.manifest.virtualize = record
         result.variables = len(variables)
 
