@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from nczmap.errors import FormatError
@@ -37,7 +38,10 @@ class CodecChain:
             own = _own_codec(config)  # TIFF's codecs when imagecodecs-numcodecs is not installed
             if own is not None:
                 return own
-            raise FormatError(f"{where} has unsupported codec: ({config.get('id')})") from exc
+            raise FormatError(
+                f"{where} has unsupported codec: ({config.get('id')}): numcodecs cannot make it from "
+                f"{json.dumps(config, default=repr)[:200]}: {exc}"
+            ) from exc
 
     def decode(self, data: bytes, where: str, limit: int | None = None):
         """The decoded bytes as a buffer (bytes or a numpy array).
@@ -65,6 +69,50 @@ class CodecChain:
         for codec in self._instances(where):
             data = codec.encode(data)
         return bytes(data) if not isinstance(data, bytes) else data
+
+
+# What each codec's options must be, where numcodecs would take anything and fail later (or never): option
+# -> (kind, low, high) for integers, or the set of allowed values.
+_INT = "int"
+_OPTIONS: dict[str, dict[str, tuple]] = {
+    "zlib": {"level": (_INT, -1, 9)},
+    "gzip": {"level": (_INT, -1, 9)},
+    "zstd": {"level": (_INT, -(1 << 17), 22)},
+    "bz2": {"level": (_INT, 1, 9)},
+    "lz4": {"acceleration": (_INT, 1, 1 << 16)},
+    "shuffle": {"elementsize": (_INT, 0, 1 << 16)},
+    "blosc": {
+        "clevel": (_INT, 0, 9),
+        "shuffle": (_INT, -1, 2),
+        "blocksize": (_INT, 0, 1 << 31),
+        "typesize": (_INT, 0, 255),
+        "cname": ({"blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"},),
+    },
+    "szip": {"mask": (_INT, 0, 1 << 16), "pixels-per-block": (_INT, 0, 1 << 16)},
+}
+
+
+def check_codecs(configs: list[dict], where: str) -> None:
+    """FormatError naming ``where`` (the array) and the codec unless every config is one numcodecs (or
+    nczmap) can make, with options of the types and ranges it takes: checked where metadata is read, so
+    that neither decoding nor reporting an encoding fails later on a malformed option."""
+    for config in configs:
+        name = config.get("id")
+        if not isinstance(name, str) or not name:
+            raise FormatError(f"{where}: a codec's id must be a name, not {name!r}")
+        short = name.removeprefix("numcodecs.")
+        for option, rule in _OPTIONS.get(short, {}).items():
+            if option in config:
+                _check_option(config[option], rule, f"{where}: codec {short} option {option}")
+
+
+def _check_option(value: object, rule: tuple, where: str) -> None:
+    if rule[0] == _INT:
+        _, low, high = rule
+        if type(value) is not int or not low <= value <= high:  # type(): a bool is no level
+            raise FormatError(f"{where} is {value!r}, not an integer from {low} to {high}")
+    elif value not in rule[0]:
+        raise FormatError(f"{where} is {value!r}, not one of {sorted(rule[0])}")
 
 
 def _own_codec(config: dict):

@@ -21,7 +21,7 @@ from dataclasses import replace
 from nczmap._lazy import LazyModule
 from nczmap.concurrency import run_bounded
 from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
-from nczmap.format.codecs import CodecChain
+from nczmap.format.codecs import CodecChain, check_codecs
 from nczmap.format.dataset import Dataset, FormatOptions
 from nczmap.format.dialects import Dialect, host_order_release
 from nczmap.format.jsonutil import holds_plain_float, loads, loads_plain, netcdf_text
@@ -572,6 +572,7 @@ def parse_layout(zarray: dict, pure: bool, key: str, exact: Callable[[], dict] |
     exact_zarray = exact() if with_floats else None
     if exact_zarray is not None:
         filters, compressor = exact_zarray.get("filters") or [], exact_zarray.get("compressor")
+    check_codecs([*filters, *([compressor] if compressor else [])], f"array {key!r}")
     codecs = CodecChain(list(filters), compressor, dtype.itemsize)
     fill = parse_fill(zarray.get("fill_value"), dtype.nctype, key, base64_text=pure)
     return ArrayLayout(tuple(shape), tuple(chunks), dtype, fill, codecs, separator, order)

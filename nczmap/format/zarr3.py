@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nczmap.errors import FormatError
-from nczmap.format.codecs import CodecChain
+from nczmap.format.codecs import CodecChain, check_codecs
 from nczmap.format.types import BY_LETTER, CHAR, STRING, NCType, ParsedDtype, check_rank, convert_value
 from nczmap.format.variable import ArrayLayout, PendingFill
 from nczmap.format.zarr3_shard import ShardLayout
@@ -266,6 +266,7 @@ def _bytes_codecs(items: list[tuple[str, dict]], kind: _Type, key: str) -> Codec
     """The bytes-to-bytes codecs as a numcodecs chain; the last one is the compressor when it compresses."""
     itemsize = 1 if kind.vlen else max(1, int(kind.base[1:] or 1))
     configs = [_numcodecs_config(name, config, itemsize, key) for name, config in items]
+    check_codecs(configs, f"array {key!r}")
     compressor = configs.pop() if configs and items[-1][0] in _COMPRESSORS else None
     return CodecChain(configs, compressor, itemsize)
 

@@ -329,11 +329,33 @@ def authorize(url: str, base: str | None, containers: Iterable[Container], key: 
 
 
 def as_containers(grants: object) -> list[Container]:
-    """Containers from what a user passes: prefixes, Container objects, or ``{prefix: options}``."""
+    """Containers from what a user passes: a prefix, a Container, ``{prefix: options}``, or a list of any
+    of these (``["/data/archive/", {"s3://bucket/nc/": {"endpoint": ...}}]``)."""
     if grants is None:
         return []
-    if isinstance(grants, str | Container):
+    if isinstance(grants, str | Container | os.PathLike):
         grants = [grants]
     if isinstance(grants, Mapping):
-        return [Container(prefix, dict(options or {})) for prefix, options in grants.items()]
-    return [g if isinstance(g, Container) else Container(str(g)) for g in grants]
+        return [_granted(prefix, options) for prefix, options in grants.items()]
+    found: list[Container] = []
+    for grant in grants:  # type: ignore[union-attr]
+        if isinstance(grant, Container):
+            found.append(grant)
+        elif isinstance(grant, Mapping):
+            found.extend(_granted(prefix, options) for prefix, options in grant.items())
+        elif isinstance(grant, str | os.PathLike):
+            found.append(Container(os.fspath(grant)))
+        else:
+            raise AccessDenied(
+                f"cannot grant {grant!r}: a grant is a prefix (str), a Container or {{prefix: options}}"
+            )
+    return found
+
+
+def _granted(prefix: object, options: object) -> Container:
+    if not isinstance(prefix, str | os.PathLike):
+        raise AccessDenied(f"cannot grant {prefix!r}: a container prefix is a str")
+    if options is not None and not isinstance(options, Mapping):
+        kind = type(options).__name__
+        raise AccessDenied(f"the options of the grant {prefix!r} must be a dict, not {kind}")
+    return Container(os.fspath(prefix), dict(options or {}))
