@@ -139,6 +139,26 @@ def test_a_granted_container_is_readable(home, secret):
         zmap.read("/stolen")  # a prefix matches whole segments only: /outsidex is not /outside
 
 
+@pytest.mark.parametrize(
+    "grants",
+    [
+        lambda d: [d],
+        lambda d: {d: {}},
+        lambda d: ["/nowhere/else/", {d: {}}],  # the README's form: prefixes and {prefix: options} mixed
+        lambda d: [{d: None}, "s3://bucket/nc/"],
+    ],
+)
+def test_every_form_of_grant_is_taken(home, secret, grants):
+    url = hostile(home, str(secret))
+    with nczmap.open_map(url, "r", containers=grants(str(secret.parent) + "/")) as zmap:
+        assert zmap.read("/stolen") == secret.read_bytes()[:10]
+
+
+def test_a_grant_that_is_neither_a_prefix_nor_a_mapping_is_refused_by_name(home):
+    with pytest.raises(AccessDenied, match=r"cannot grant 42"):
+        nczmap.open_map(hostile(home, "x"), "r", containers=["/tmp/", 42])
+
+
 def test_unsupported_schemes_are_refused(home):
     url = hostile(home, "http://169.254.169.254/latest/meta-data")
     with nczmap.open_map(url, "r") as zmap, pytest.raises(AccessDenied, match="scheme"):
