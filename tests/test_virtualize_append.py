@@ -492,3 +492,25 @@ def test_an_append_to_a_long_parquet_series_reads_no_record_but_the_last(tmp_pat
         assert ds["time"].values[-1] == np.datetime64(start + datetime.timedelta(days=3400), "ns")
         np.testing.assert_array_equal(ds["band_data"][-1].values, last.read(1))
         np.testing.assert_array_equal(ds["band_data"][0].values, first.read(1))
+
+
+def test_a_refused_icechunk_commit_saves_no_new_container(tmp_path, days):
+    """An append bringing a source from a new directory adds a virtual chunk container; when its commit is
+    refused (another commit landed meanwhile) the repository's configuration is left as it was."""
+    icechunk = pytest.importorskip("icechunk")
+    repo = tmp_path / "repo.icechunk"
+    quiet_virtualize(days[:3], url_of(repo), concat="time")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    late = write_day(elsewhere / "sst_009.nc", 9)
+    storage = icechunk.local_filesystem_storage(str(repo))
+    before = set(icechunk.Repository.fetch_config(storage).virtual_chunk_containers or {})
+
+    def competing(done: int, total: int) -> None:
+        quiet_virtualize([days[3]], url_of(repo), append=True)
+
+    with pytest.raises(nczmap.errors.StorageError, match="another commit conflicts"):
+        grants = [str(elsewhere), str(tmp_path)]  # elsewhere/ a container of its own: new to the repository
+        quiet_virtualize([late], url_of(repo), append=True, allow=grants, reading=competing)
+    after = set(icechunk.Repository.fetch_config(storage).virtual_chunk_containers or {})
+    assert after == before and not any("elsewhere" in prefix for prefix in after)

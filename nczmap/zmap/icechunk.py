@@ -181,10 +181,13 @@ class IcechunkMap(ZMap):
             config = None  # created below
         except ic.IcechunkError as exc:
             raise self._error(exc, "open") from exc
+        self._config_changed = False
         if self._new_containers:
+            held = set(getattr(config, "virtual_chunk_containers", None) or {}) if config else set()
             config = config or ic.RepositoryConfig.default()
             for container in self._new_containers:
                 config.set_virtual_chunk_container(virtual_chunk_container(container))
+                self._config_changed = self._config_changed or container.prefix not in held
         authorised = self._authorise(config)
         try:
             if self.mode in ("r", "r+"):
@@ -505,12 +508,19 @@ class IcechunkMap(ZMap):
         if not session.has_uncommitted_changes:
             return
         try:
-            if self._new_containers:
-                self.repository.save_config()
             rebase = self.ic.ConflictDetector() if self.rebase else None
             session.commit(self.message, metadata=self.commit_metadata, rebase_with=rebase)
         except self.ic.IcechunkError as exc:
             raise self._error(exc, "commit to") from exc
+        if self._config_changed:  # after the commit: a refused commit leaves the configuration as it was
+            try:
+                self.repository.save_config()
+            except self.ic.IcechunkError as exc:
+                raise StorageError(
+                    f"committed to {self.location} ({self.version}), but its new virtual chunk containers "
+                    f"could not be saved ({_first_line(exc)}): readers cannot read the new chunks until "
+                    "they are; write again to save them"
+                ) from exc
 
     def _discard(self) -> None:
         self._pending.clear()
