@@ -33,12 +33,13 @@ from nczmap.manifest.model import (
     Manifest,
     Page,
     Reference,
-    _checked_url,
-    _flat,
-    _parsed_indices,
+    checked_url,
+    chunk_grid,
     chunk_numbers,
     expand,
     extension_of,
+    flat_numbers,
+    parsed_indices,
     read_extension,
 )
 
@@ -172,23 +173,17 @@ def _grids(entries: dict[str, object]) -> dict[str, tuple[int, ...]]:
 
 
 def _grid(zarray: object) -> tuple[int, ...] | None:
-    """The chunk grid of a ``.zarray`` value (text or object), None unless its chunk keys are ``.``
-    -separated and its shape and chunks make sense (such an array's keys stay as they are)."""
+    """The chunk grid of a ``.zarray`` value (text or object), None unless :func:`chunk_grid` makes one
+    (such an array's keys stay as they are)."""
     if isinstance(zarray, str):
         try:
             zarray = json.loads(zarray)
         except (ValueError, RecursionError):
             return None
-    if not isinstance(zarray, dict) or zarray.get("dimension_separator") not in (None, "."):
+    try:
+        return chunk_grid(zarray)
+    except ValueError:
         return None
-    shape, chunks = zarray.get("shape"), zarray.get("chunks")
-    if not isinstance(shape, list) or not isinstance(chunks, list) or len(shape) != len(chunks):
-        return None
-    if not all(type(n) is int and n >= 0 for n in shape) or not all(
-        type(n) is int and n >= 1 for n in chunks
-    ):
-        return None
-    return tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
 
 
 def _table(
@@ -226,9 +221,9 @@ def chunk_numbers_of_keys(keys: list[str], start: int, grid: tuple[int, ...]) ->
     prefix = keys[0][:start]
     if "\n" not in prefix:
         text = "\n".join(keys)[start:].replace("\n" + prefix, "\n")
-        values = _parsed_indices(text, len(keys), max(len(grid), 1), ".")
+        values = parsed_indices(text, len(keys), max(len(grid), 1), ".")
         if values is not None:
-            return _flat(values, grid)
+            return flat_numbers(values, grid)
     return chunk_numbers([key[start:] for key in keys], grid)
 
 
@@ -248,7 +243,7 @@ def _columns(values: list, templates: dict[str, str], array: str):
     expanded = []
     for at, url in enumerate(unique):
         try:
-            expanded.append(_checked_url(expand(url, templates, array), array))
+            expanded.append(checked_url(expand(url, templates, array), array))
         except FormatError:  # left as parsed: reading the key gives the error
             expanded.append("")
             usable[at] = False

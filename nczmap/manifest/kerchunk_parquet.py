@@ -56,6 +56,7 @@ from nczmap.manifest.model import (
     Manifest,
     Page,
     Reference,
+    chunk_grid,
     chunk_numbers,
     chunk_position,
     extension_of,
@@ -235,26 +236,11 @@ def _metadata_bytes(value: object, key: str, place: str) -> bytes:
 
 def _grid(zarray: object, key: str, place: str) -> tuple[int, ...]:
     """The chunk grid of an array from its ``.zarray`` (checked: fsspec's layout depends on it)."""
-    if not isinstance(zarray, dict):
-        raise FormatError(f"{place}: {key!r} must be a JSON object, not {type(zarray).__name__}")
-    shape, chunks = zarray.get("shape"), zarray.get("chunks")
-    if (
-        not isinstance(shape, list)
-        or not isinstance(chunks, list)
-        or len(shape) != len(chunks)
-        or not all(_is_int(n) and n >= 0 for n in shape)
-        or not all(_is_int(n) and n >= 1 for n in chunks)
-    ):
-        raise FormatError(
-            f"{place}: {key!r} needs 'shape' and 'chunks' lists of equal length (sizes >= 0, chunks >= 1); "
-            f"found shape={shape!r} chunks={chunks!r}"
-        )
-    if zarray.get("dimension_separator") not in (None, "."):
-        raise FormatError(
-            f"{place}: the array {key.rpartition('/')[0]!r} has dimension_separator "
-            f"{zarray.get('dimension_separator')!r}; kerchunk's Parquet references name chunks with '.' only"
-        )
-    return tuple(math.ceil(s / c) for s, c in zip(shape, chunks, strict=True))
+    try:
+        return chunk_grid(zarray)
+    except ValueError as exc:
+        where = place if key in place else f"{place}: {key!r}"
+        raise FormatError(f"{where}: the array {key.rpartition('/')[0]!r}: {exc}") from None
 
 
 def _check_field(array: str, place: str) -> None:

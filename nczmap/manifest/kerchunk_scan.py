@@ -33,10 +33,10 @@ from nczmap.manifest.model import (
     MAX_CHUNKS,
     ArrayReferences,
     Page,
-    _checked_url,
-    _flat,
-    _parsed_indices,
+    checked_url,
     expand,
+    flat_numbers,
+    parsed_indices,
 )
 
 MIN_SIZE = 1 << 20  # smaller manifests are parsed whole: nothing to gain
@@ -273,10 +273,10 @@ def _table(found: _Candidates, chosen: np.ndarray, array: str, grid: tuple[int, 
         return None
     start = found.keys[chosen] + len(array) + 1
     text = _gathered(found.data, start, found.key_ends[chosen])[:-1].decode("ascii")
-    values = _parsed_indices(text, len(chosen), max(len(grid), 1), ".")
+    values = parsed_indices(text, len(chosen), max(len(grid), 1), ".")
     if values is None:
         return None
-    flats = _flat(values, grid)
+    flats = flat_numbers(values, grid)
     if (flats < 0).any():
         return None
     codes, urls = _url_numbers(found, chosen, templates, array)
@@ -322,7 +322,7 @@ def _url_numbers(found: _Candidates, chosen: np.ndarray, templates: dict, array:
     urls = []
     for text in numbers:
         try:
-            urls.append(_checked_url(expand(text.decode("ascii"), templates, array), array))
+            urls.append(checked_url(expand(text.decode("ascii"), templates, array), array))
         except FormatError:
             return None, None
     codes = np.repeat(run_codes, np.diff(np.append(runs, len(chosen))))

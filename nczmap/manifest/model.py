@@ -679,6 +679,32 @@ class Manifest:
                 yield key, entry
 
 
+def chunk_grid(zarray: object) -> tuple[int, ...]:
+    """The chunk grid of an array from its ``.zarray`` (a JSON object), for chunk names ``.``-separated;
+    ValueError saying what is wrong otherwise (kerchunk's JSON leaves such an array's keys loose, its
+    Parquet form refuses it)."""
+    if not isinstance(zarray, dict):
+        raise ValueError(f"it must be a JSON object, not {type(zarray).__name__}")
+    shape, chunks = zarray.get("shape"), zarray.get("chunks")
+    if (
+        not isinstance(shape, list)
+        or not isinstance(chunks, list)
+        or len(shape) != len(chunks)
+        or not all(type(n) is int and n >= 0 for n in shape)
+        or not all(type(n) is int and n >= 1 for n in chunks)
+    ):
+        raise ValueError(
+            "it needs 'shape' and 'chunks' lists of equal length (sizes >= 0, chunks >= 1); "
+            f"found shape={shape!r} chunks={chunks!r}"
+        )
+    if zarray.get("dimension_separator") not in (None, "."):
+        raise ValueError(
+            f"its dimension_separator is {zarray.get('dimension_separator')!r}; kerchunk's references name "
+            "chunks with '.' only"
+        )
+    return tuple(-(-s // c) for s, c in zip(shape, chunks, strict=True))
+
+
 _DIGITS = r"(?:0|[1-9][0-9]{0,17})"  # a chunk index: decimal, no leading zero, fits int64
 
 
@@ -706,13 +732,13 @@ def chunk_numbers(names: list[str], grid: tuple[int, ...], separator: str = ".")
     if not names:
         return np.zeros(0, dtype=np.int64)
     dims = grid or (1,)
-    values = _parsed_indices("\n".join(names), len(names), len(dims), separator)
+    values = parsed_indices("\n".join(names), len(names), len(dims), separator)
     if values is None:
         return np.array([_or_minus_one(chunk_position(n, grid, separator)) for n in names], dtype=np.int64)
-    return _flat(values, grid)
+    return flat_numbers(values, grid)
 
 
-def _flat(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
+def flat_numbers(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
     """Chunk numbers of rows of indices (-1 for those outside ``grid``)."""
     dims = grid or (1,)
     inside = (values < np.array(dims, dtype=np.int64)).all(axis=1)
@@ -724,7 +750,7 @@ def _flat(values: np.ndarray, grid: tuple[int, ...]) -> np.ndarray:
     return flats
 
 
-def _parsed_indices(text: str, count: int, rank: int, separator: str) -> np.ndarray | None:
+def parsed_indices(text: str, count: int, rank: int, separator: str) -> np.ndarray | None:
     """The ``count`` x ``rank`` indices in ``text`` (a name a line), or None unless every name is ``rank``
     decimal indices (no leading zero, at most 18 digits) joined by ``separator``."""
     if len(separator) != 1 or not separator.isascii() or separator.isdigit() or separator == "\n":
@@ -771,9 +797,9 @@ def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:
         if len(value) == 3:
             url, offset, length = value
             if type(url) is str and type(offset) is int and type(length) is int and offset >= 0 <= length:
-                return Reference(_checked_url(expand(url, templates, key), key), offset, length)
+                return Reference(checked_url(expand(url, templates, key), key), offset, length)
         elif len(value) == 1 and type(value[0]) is str:
-            return Reference(_checked_url(expand(value[0], templates, key), key))
+            return Reference(checked_url(expand(value[0], templates, key), key))
     elif isinstance(value, str):
         return _base64(value[7:], key) if value.startswith("base64:") else _utf8(value, key)
     elif isinstance(value, dict):
@@ -781,7 +807,7 @@ def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:
     raise FormatError(f"manifest key {key!r}: {str(value)[:200]!r} is not a kerchunk reference")
 
 
-def _checked_url(url: str, key: str) -> str:
+def checked_url(url: str, key: str) -> str:
     """``url``, refused when no file system or server could be asked for it (JSON can spell a lone
     surrogate, which has no UTF-8; a NUL ends a C string, so the path checked would not be the one opened)."""
     if "\x00" in url:
