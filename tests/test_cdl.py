@@ -11,12 +11,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from nczmap import cdl
-from nczmap.cdl import (
-    NoSuchVariable,
+from nczmap import cdl, cdl_text
+from nczmap.cdl import NoSuchVariable, dimension_reference, dump_cdl
+from nczmap.cdl_text import (
     ValueFormatter,
-    dimension_reference,
-    dump_cdl,
     escaped_name,
     format_attribute_values,
     format_double_att,
@@ -176,7 +174,7 @@ def test_escaped_name(name: str, escaped: bytes) -> None:
 
 @pytest.mark.parametrize("name", [" lead", "\tx"])
 def test_escaped_name_refuses_leading_space_or_control(name: str) -> None:
-    with pytest.raises(cdl.BadName):
+    with pytest.raises(cdl_text.BadName):
         escaped_name(name)
 
 

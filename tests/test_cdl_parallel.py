@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import nczmap
-from nczmap import cdl
+from nczmap import cdl, cdl_text
 
 NCDUMP = shutil.which("ncdump")
 
@@ -103,7 +103,7 @@ FLOATS = st.one_of(
 )
 
 
-def _slow(formatter: cdl.ValueFormatter, values: np.ndarray) -> bytes:
+def _slow(formatter: cdl_text.ValueFormatter, values: np.ndarray) -> bytes:
     return b", ".join(formatter(values))
 
 
@@ -121,8 +121,8 @@ def test_a_row_formatted_at_once_is_the_values_formatted_one_by_one(kind, data):
     values = data.draw(hnp.arrays(dtype, st.integers(1, 60), elements=elements))
     fill = data.draw(st.one_of(st.none(), st.sampled_from(values.tolist()) if values.size else st.none()))
     if fill is None and kind in ("float", "double"):
-        fill = data.draw(st.sampled_from([None, cdl.BY_NAME[kind].fill]))
-    formatter = cdl.ValueFormatter(kind, None if fill is None else np.asarray(fill, dtype)[()])
+        fill = data.draw(st.sampled_from([None, cdl_text.BY_NAME[kind].fill]))
+    formatter = cdl_text.ValueFormatter(kind, None if fill is None else np.asarray(fill, dtype)[()])
     fast = formatter.joined(values, b", ")
     if fast is not None:  # None: the caller formats value by value
         assert fast == _slow(formatter, values)
@@ -135,12 +135,12 @@ def test_a_row_formatted_at_once_is_the_values_formatted_one_by_one(kind, data):
     indent=st.sampled_from([0, 4, 8]),
 )
 def test_regex_line_breaking_is_lputs(texts, linep, indent):
-    """:func:`cdl.wrapped` (used by the workers and by ``lput_row``) breaks where ``lput`` would."""
+    """:func:`cdl_text.wrapped` (used by the workers and by ``lput_row``) breaks where ``lput`` would."""
     reference = cdl._Output(io.BytesIO())
     reference.indent, reference.linep = indent, linep
     for text in texts:
         reference.lput(text + b", ")
     reference.flush()
-    lines, after = cdl.wrapped(b"".join(t + b", " for t in texts), b", ", linep, indent)
+    lines, after = cdl_text.wrapped(b"".join(t + b", " for t in texts), b", ", linep, indent)
     assert lines == reference._out.getvalue()
     assert after == reference.linep

@@ -33,7 +33,7 @@ LAYERS = [
     ("zmap", ("nczmap.zmap", "nczmap.manifest")),
     ("format", ("nczmap.format",)),
     ("api", ("nczmap.api",)),
-    ("cdl", ("nczmap.cdl",)),
+    ("cdl", ("nczmap.cdl", "nczmap.cdl_text")),
     ("integrations", ("nczmap.integrations",)),
     ("tools", ("nczmap.cli", "nczmap.__main__", "nczmap.testing")),
 ]
