@@ -159,6 +159,20 @@ def test_a_grant_that_is_neither_a_prefix_nor_a_mapping_is_refused_by_name(home)
         nczmap.open_map(hostile(home, "x"), "r", containers=["/tmp/", 42])
 
 
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"endpoint": ...}, r"option endpoint must be text, not Ellipsis"),
+        ({"headers": {"A": 1}}, r"option headers must be a dict of text"),
+        ({"endpoitn": "http://127.0.0.1:9000"}, r"has option 'endpoitn'"),
+        ("http://127.0.0.1:9000", r"must be a dict, not str"),
+    ],
+)
+def test_grant_options_are_checked_when_granted(home, options, message):
+    with pytest.raises(AccessDenied, match=rf"s3://bucket/nc/.*{message}|{message}"):
+        nczmap.open_map(hostile(home, "x"), "r", containers=[{"s3://bucket/nc/": options}])
+
+
 def test_unsupported_schemes_are_refused(home):
     url = hostile(home, "http://169.254.169.254/latest/meta-data")
     with nczmap.open_map(url, "r") as zmap, pytest.raises(AccessDenied, match="scheme"):

@@ -9,6 +9,7 @@ a scale factor or fill value that changed, units of another kind, chunking).
 from __future__ import annotations
 
 import itertools
+import json
 import warnings
 from pathlib import Path
 
@@ -332,4 +333,21 @@ def test_any_collection_joins_to_open_mfdataset_or_an_error_naming_an_attribute(
         event("refused")
         return
     event("joined")
+    assert_values_of_mfdataset(refs, files)
+
+
+def test_a_time_coordinate_re_encoded_in_another_type_gets_that_types_fill(tmp_path):
+    """float64 times of half days re-encoded as int64 hours: the fill value becomes int64's default, not a
+    float cast to an integer (which numpy warns of and platforms disagree on)."""
+    files = [
+        write(tmp_path / "a.nc", [0.5], "days since 2026-03-12"),
+        write(tmp_path / "b.nc", [0.5], "days since 2026-03-13"),
+    ]
+    refs = tmp_path / "refs.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.simplefilter("ignore", VirtualizeWarning)
+        virtualize(files, refs, concat="time")
+    zarray = json.loads(json.loads(refs.read_text())["refs"]["time/.zarray"])
+    assert zarray["dtype"] == "<i8" and zarray["fill_value"] == netCDF4.default_fillvals["i8"]
     assert_values_of_mfdataset(refs, files)

@@ -74,6 +74,7 @@ class Container:
     spelling: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        _check_options(self.prefix, self.options)
         spelling = normalize(self.prefix, None, directory=True, links=False)
         object.__setattr__(self, "prefix", normalize(self.prefix, None, directory=True))
         object.__setattr__(self, "spelling", spelling)
@@ -84,6 +85,29 @@ class Container:
             if url.startswith(prefix):
                 return url[len(prefix) :]
         return None
+
+
+OPTIONS = ("endpoint", "region", "profile", "headers")  # what a grant may say of how to read there
+
+
+def _check_options(prefix: object, options: object) -> None:
+    """AccessDenied naming the grant unless its options are ``endpoint``/``region``/``profile`` text and
+    ``headers`` a dict of text (checked when granted, not at the first read)."""
+    if not isinstance(options, Mapping):
+        kind = type(options).__name__
+        raise AccessDenied(f"the options of the grant {prefix!r} must be a dict, not {kind}")
+    for name, value in options.items():
+        if name not in OPTIONS:
+            raise AccessDenied(f"the grant {prefix!r} has option {name!r}: a grant's options are {OPTIONS}")
+        if name == "headers":
+            valid = isinstance(value, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+            )
+        else:
+            valid = isinstance(value, str) or value is None
+        if not valid:
+            what = "a dict of text" if name == "headers" else "text"
+            raise AccessDenied(f"the grant {prefix!r}: option {name} must be {what}, not {value!r}")
 
 
 def normalize(url: str, base: str | None, directory: bool = False, links: bool = True) -> str:
@@ -330,7 +354,7 @@ def authorize(url: str, base: str | None, containers: Iterable[Container], key: 
 
 def as_containers(grants: object) -> list[Container]:
     """Containers from what a user passes: a prefix, a Container, ``{prefix: options}``, or a list of any
-    of these (``["/data/archive/", {"s3://bucket/nc/": {"endpoint": ...}}]``)."""
+    of these (``["/data/archive/", {"s3://bucket/nc/": {"endpoint": "http://127.0.0.1:9000"}}]``)."""
     if grants is None:
         return []
     if isinstance(grants, str | Container | os.PathLike):
@@ -355,7 +379,4 @@ def as_containers(grants: object) -> list[Container]:
 def _granted(prefix: object, options: object) -> Container:
     if not isinstance(prefix, str | os.PathLike):
         raise AccessDenied(f"cannot grant {prefix!r}: a container prefix is a str")
-    if options is not None and not isinstance(options, Mapping):
-        kind = type(options).__name__
-        raise AccessDenied(f"the options of the grant {prefix!r} must be a dict, not {kind}")
-    return Container(os.fspath(prefix), dict(options or {}))
+    return Container(os.fspath(prefix), options if options is not None else {})

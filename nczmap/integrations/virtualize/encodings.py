@@ -327,9 +327,51 @@ def _replace_values(variable: SourceVariable, values: np.ndarray, dtype: np.dtyp
 
 
 def set_dtype(variable: SourceVariable, dtype: np.dtype) -> None:
-    """Store ``variable`` as ``dtype`` (little-endian)."""
+    """Store ``variable`` as ``dtype`` (little-endian), its fill value (and ``_FillValue``) with it: the
+    new type's default where it was the old type's default, the same value where the new type holds it
+    exactly, else the new type's default (the values were checked to hold no fill)."""
     dtype = np.dtype(dtype).newbyteorder("<") if np.dtype(dtype).itemsize > 1 else np.dtype(dtype)
-    variable.layout.dtype = native_dtype(type_of_numpy(dtype), dtype)
+    old_type, new_type = variable.layout.dtype.nctype, type_of_numpy(dtype)
+    fill = variable.layout.fill_value
+    variable.layout.dtype = native_dtype(new_type, dtype)
+    if fill is not None and not new_type.is_text:
+        variable.layout.fill = _refilled(fill, old_type, new_type)
+    if "_FillValue" in variable.attrs and not new_type.is_text:
+        held = _exactly(variable.attrs["_FillValue"], new_type.numpy)
+        if held is None:
+            del variable.attrs["_FillValue"]
+        else:
+            variable.attrs.set("_FillValue", held)
+
+
+def _refilled(fill: object, old_type, new_type) -> object:
+    if not old_type.is_text and _same_number(fill, old_type.fill):
+        return new_type.numpy.type(new_type.fill)
+    held = _exactly(fill, new_type.numpy)
+    return held if held is not None else new_type.numpy.type(new_type.fill)
+
+
+def _same_number(a: object, b: object) -> bool:
+    with np.errstate(all="ignore"):
+        return bool(np.asarray(a, dtype="f8") == np.asarray(b, dtype="f8"))
+
+
+def _exactly(value: object, dtype: np.dtype) -> object | None:
+    """``value`` as a ``dtype`` scalar if that holds it exactly, else None."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "iuf":
+        return None
+    number = array.ravel()[0]
+    with np.errstate(all="ignore"):
+        if np.dtype(dtype).kind in "iu":
+            if not np.isfinite(number) or number != np.floor(number):
+                return None
+            info = np.iinfo(dtype)
+            if not info.min <= int(number) <= info.max:
+                return None
+            return np.dtype(dtype).type(int(number))
+        converted = np.dtype(dtype).type(number)
+        return converted if float(converted) == float(number) or np.isnan(number) else None
 
 
 def _decode(variable: SourceVariable, every: list[Mapping[str, object]]) -> None:
