@@ -111,7 +111,7 @@ def _check_option(value: object, rule: tuple, where: str) -> None:
         _, low, high = rule
         if type(value) is not int or not low <= value <= high:  # type(): a bool is no level
             raise FormatError(f"{where} is {value!r}, not an integer from {low} to {high}")
-    elif value not in rule[0]:
+    elif not isinstance(value, str) or value not in rule[0]:
         raise FormatError(f"{where} is {value!r}, not one of {sorted(rule[0])}")
 
 
