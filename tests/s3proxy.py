@@ -13,6 +13,9 @@ Clients talk to ``proxy.endpoint`` instead of the server's; every request is for
   (no answer for that long, then the connection is closed) and ``proxy.drop()`` (close without answering).
   ``times=None`` keeps a fault on until ``proxy.clear()``; ``kind``/``method``/``path`` (a regex searched in
   the request path) restrict which requests it hits. ``proxy.injected`` counts the faults served.
+* Latency: ``S3Proxy(upstream, latency=0.04)`` (or ``proxy.latency = 0.04`` at any time) holds every
+  request that many seconds before it is forwarded, as a distant server would; ``max_in_flight`` counts
+  the requests waiting so.
 
 Used by ``tests/test_s3_faults.py`` and ``bench/bench_s3_requests.py``; never listens on another address.
 """
@@ -87,7 +90,7 @@ class Fault:
 class S3Proxy:
     """A running proxy forwarding ``127.0.0.1:<port>`` to ``upstream`` (``http://127.0.0.1:<port>``)."""
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, latency: float = 0.0) -> None:
         parts = urlsplit(upstream)
         if parts.hostname != "127.0.0.1" or parts.scheme != "http":
             raise ValueError(f"the proxy only forwards to http://127.0.0.1, not {upstream!r}")
@@ -101,7 +104,7 @@ class S3Proxy:
         self._in_flight: Counter[str] = Counter()
         self.injected = 0
         self.log: list[Entry] = []
-        self.latency = 0.0  # seconds added to every request, as a distant server would
+        self.latency = latency  # seconds added to every request, as a distant server would (changeable)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         self._server.daemon_threads = True
         self._server.block_on_close = False
@@ -256,8 +259,6 @@ class _Handler(BaseHTTPRequestHandler):
         kind = request_kind(method, self.path)
         path = urlsplit(self.path).path
         body = self._read_body()
-        if proxy.latency:
-            time.sleep(proxy.latency)
         entry = Entry(kind, self.path)
         with proxy._lock:
             proxy.log.append(entry)
@@ -265,6 +266,8 @@ class _Handler(BaseHTTPRequestHandler):
             proxy._in_flight[kind] += 1
             proxy.max_in_flight[kind] = max(proxy.max_in_flight[kind], proxy._in_flight[kind])
         try:
+            if proxy.latency:  # in flight while it waits, as at a distant server
+                proxy._stopping.wait(proxy.latency)
             fault = proxy._take_fault(method, kind, path)
             if fault is None or fault.action == "truncate":
                 entry.status = self._forward(method, body, fault, entry)
