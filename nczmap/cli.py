@@ -67,6 +67,9 @@ def _virtualize(args: argparse.Namespace) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", VirtualizeWarning)  # reported below, one line each
         options = {"max_chunk_bytes": args.max_chunk_bytes} if args.max_chunk_bytes is not None else {}
+        for name in ("concurrency", "deadline", "retry_budget"):
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
         result = virtualize(
             args.sources,
             args.destination,
@@ -80,6 +83,7 @@ def _virtualize(args: argparse.Namespace) -> None:
             checksums=args.checksums or None,
             reading=terminal_progress("reading sources", unit="files"),
             append=args.append,
+            skip_unreadable=args.skip_unreadable,
             **options,
         )
     for refusal in result.refused:
@@ -222,7 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
         "files as one NCZarr dataset, copying no data",
     )
     virtual.add_argument(
-        "sources", nargs="+", metavar="SRC", help="netCDF-4/HDF5, netCDF-3 or TIFF files (globs expanded)"
+        "sources",
+        nargs="+",
+        metavar="SRC",
+        help="netCDF-4/HDF5, netCDF-3 or TIFF files: paths (globs expanded), http(s) URLs, S3 objects or "
+        "prefixes (s3://bucket/dir/), or @LIST, a file naming one source a line (# comments)",
     )
     virtual.add_argument("destination", metavar="DST", help="the manifest: a path or URL, e.g. refs.json")
     virtual.add_argument(
@@ -243,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     virtual.add_argument(
         "--skip-mismatched",
         action="store_true",
-        help="leave out (and list) files unlike the first instead of failing",
+        help="leave out (and list) files that cannot be joined to the first (structure, or what their "
+        "numbers mean) instead of failing",
     )
     virtual.add_argument(
         "--max-chunk-bytes",
@@ -271,6 +280,35 @@ def build_parser() -> argparse.ArgumentParser:
         "rewritten in place is then detected even with its size and modification time restored",
     )
     virtual.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="leave out (and list) sources that cannot be read, after retries, or are in no known format, "
+        "instead of failing",
+    )
+    virtual.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="remote sources parsed at once (default 64; local files are parsed one after another)",
+    )
+    virtual.add_argument(
+        "--deadline",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="how long a request to a remote source may take in all: SECONDS, plus 1 s a MB of its length "
+        "(default 30)",
+    )
+    virtual.add_argument(
+        "--retry-budget",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="no retry of a failed request (up to 10 attempts, with back-off) starts later than this after "
+        "its first attempt (default 120)",
+    )
+    virtual.add_argument(
         "--append",
         action="store_true",
         help="add SRC... to the existing dataset DST (a manifest or Icechunk repository virtualize made), "
@@ -278,6 +316,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     virtual.set_defaults(run=_virtualize)
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:

@@ -24,6 +24,7 @@ def _memory_bytes() -> int:
 
 
 MEMORY_BYTES = _memory_bytes()
+_UNREAD = object()  # a chunk whose stored bytes were not read in a batch: read_chunk reads them
 
 
 class PendingFill:
@@ -178,7 +179,12 @@ class Variable:
             if basic and self._direct(in_ix) and target.flags.c_contiguous:
                 direct.append((self.chunk_key(chunk_index), out_index, target))
             else:
-                decoded.append(lambda c=chunk_index, o=out_index, i=in_ix: self._decode_into(out, c, o, i))
+                decoded.append((chunk_index, out_index, in_ix))
+        raws = self._raw_chunks([c for c, _, _ in decoded]) if len(decoded) > 1 else None
+        decoded = [
+            lambda c=c, o=o, i=i, n=n: self._decode_into(out, c, o, i, _UNREAD if raws is None else raws[n])
+            for n, (c, o, i) in enumerate(decoded)
+        ]
         if direct:
             got = zmap.read_many_into([(key, memoryview(target).cast("B")) for key, _, target in direct])
             for (key, out_index, target), count in zip(direct, got, strict=True):
@@ -238,8 +244,26 @@ class Variable:
             elif count != step:
                 raise FormatError(f"chunk {requests[row][0]!r} holds {count} bytes, expected {step}")
 
-    def _decode_into(self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix) -> None:
-        chunk = self.read_chunk(chunk_index)
+    def _raw_chunks(self, indices: list[tuple[int, ...]]) -> list | None:
+        """The stored bytes of these chunks read in one batch, where the storage does that with fewer
+        requests (a manifest's remote references, merged into spans: ``read_many``); else None."""
+        read_many = getattr(self.group.root.zmap, "read_many", None)
+        if read_many is None or self.layout.shards is not None:
+            return None
+        return read_many([self.chunk_key(index) for index in indices], self._stored_limit())
+
+    def _decode_into(
+        self, out: np.ndarray, chunk_index: tuple[int, ...], out_index, in_ix, raw: object = _UNREAD
+    ) -> None:
+        if raw is _UNREAD:
+            chunk = self.read_chunk(chunk_index)
+        elif raw is None:
+            chunk = None
+        else:
+            key = self.chunk_key(chunk_index)
+            if isinstance(raw, int):
+                raise FormatError(f"chunk {key!r} holds more bytes than any encoding of its values takes")
+            chunk = self.decode_chunk(raw, key)
         out[out_index] = self.fill_scalar() if chunk is None else chunk[as_index(in_ix)]
 
     def _direct(self, in_ix) -> bool:

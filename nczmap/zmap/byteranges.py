@@ -16,12 +16,115 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from nczmap.errors import AccessDenied, DatasetNotFound, DriverNotAvailable, NCZError, StorageError
 
 FIRST_READ_BYTES = 1 << 16  # a whole-object read tries this much first: metadata fits, so no fstat
+
+
+# -------------------------------------------------------------------------------------------- policy
+@dataclass(frozen=True)
+class RequestPolicy:
+    """How long one request to a remote source may take, and how failures are retried.
+
+    Every request has an overall deadline, :meth:`deadline_for` its length: ``deadline`` seconds plus
+    the length at ``rate`` bytes a second (30 s + 1 s a MB by default: a 64 KiB read may take 30 s, a
+    64 MiB span 97 s), whatever the server does (a server trickling one byte every few seconds included).
+    A failure worth another attempt (5xx, 408, 429, a refused or reset connection, a body cut short, a
+    timeout or a passed deadline) is retried up to ``attempts`` attempts in all, after an exponential
+    back-off with full jitter (a random wait up to ``backoff`` seconds, doubling each time up to
+    ``max_backoff``), or after the time a ``Retry-After`` answer asks for; no attempt starts more than
+    ``budget`` seconds after the first. Other 4xx answers are never retried. Picklable (sources carry it to
+    other processes).
+    """
+
+    deadline: float = 30.0
+    rate: float = 1e6
+    attempts: int = 10
+    budget: float = 120.0
+    backoff: float = 0.1
+    max_backoff: float = 2.0
+
+    def __post_init__(self) -> None:
+        for name in ("deadline", "rate", "budget"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ValueError(f"attempts must be a positive whole number, not {self.attempts!r}")
+
+    def deadline_for(self, length: int) -> float:
+        """Seconds a request for ``length`` bytes may take, from sending it to its last byte."""
+        return self.deadline + max(0, length) / self.rate
+
+    def wait(self, retry: int) -> float:
+        """The back-off before retry number ``retry`` (1, 2...): full jitter."""
+        import random
+
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2 ** (retry - 1)))
+
+
+DEFAULT_POLICY = RequestPolicy()
+
+
+def run_concurrently(tasks: Sequence[Callable[[], object]], width: int = 16) -> list:
+    """Every task's result, in order, run ``width`` at a time on a pool of I/O threads (the caller runs
+    the first itself, so a task never waits for a thread that cannot start); the first failure (in task
+    order) is raised once every task started has ended. For requests: each thread mostly waits."""
+    if len(tasks) <= 1 or width <= 1:
+        return [task() for task in tasks]
+    from concurrent.futures import wait
+
+    pool = _fetchers()
+    futures = [pool.submit(task) for task in tasks[1:]]
+    results: list = [None] * len(tasks)
+    error: BaseException | None = None
+    try:
+        results[0] = tasks[0]()
+    except BaseException as exc:
+        error = exc
+        for future in futures:
+            future.cancel()
+    wait(futures)
+    for index, future in enumerate(futures, 1):
+        if future.cancelled():
+            continue
+        failure = future.exception()
+        if failure is not None:
+            error = error or failure
+        else:
+            results[index] = future.result()
+    if error is not None:
+        raise error
+    return results
+
+
+FETCH_THREADS = 64  # threads that wait on requests for run_concurrently (shared by the process)
+_fetch_pool = None
+_fetch_lock = threading.Lock()
+
+
+def _fetchers():
+    global _fetch_pool
+    with _fetch_lock:
+        if _fetch_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _fetch_pool = ThreadPoolExecutor(FETCH_THREADS, thread_name_prefix="nczmap-fetch")
+        return _fetch_pool
+
+
+def _forget_fetchers() -> None:  # in a forked child: the parent's threads are not there
+    global _fetch_pool, _fetch_lock
+    _fetch_pool, _fetch_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_fetchers)
 
 
 # -------------------------------------------------------------------------------------------- merging
@@ -108,16 +211,30 @@ ANONYMOUS_PROFILES = ("no", "none", "anonymous")
 CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry limit: no hang past ~20 s
 RETRY_SECONDS = 10  # obstore's retry_timeout (made a timedelta when a store is built)
 MAX_RETRIES = 2
+POLICY_SPAN = 8 << 20  # an S3 store built for a RequestPolicy times requests out at this range's deadline
 DENIED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 
 
-def s3_store(bucket: str, *, endpoint: str | None, region: str | None, profile: str | None):
+def s3_store(
+    bucket: str,
+    *,
+    endpoint: str | None,
+    region: str | None,
+    profile: str | None,
+    policy: RequestPolicy | None = None,
+):
     """An obstore ``S3Store`` for ``bucket`` with credentials as netcdf-c finds them.
 
     Credentials: the ``AWS_*`` variables, else the profile's keys in ``~/.aws/credentials``/``config``;
     profile ``no`` (or ``none``, ``anonymous``) sends unsigned requests. Region: the URL's, then
     ``AWS_REGION``/``AWS_DEFAULT_REGION``, then the profile's, then ``us-east-1``.
+
+    Timeouts and retries: the s3 driver's (:data:`CLIENT_OPTIONS`, :data:`MAX_RETRIES` within
+    :data:`RETRY_SECONDS`), or with ``policy`` (sources of virtual datasets) that policy as far as obstore
+    takes it: its attempts, back-off and budget, and one overall timeout a request, the deadline of a
+    :data:`POLICY_SPAN` range (obstore has one timeout per store, not one per length; it retries 5xx,
+    dropped connections, bodies cut short and timeouts, but does not read ``Retry-After``).
     """
     try:
         from obstore.store import S3Store
@@ -136,7 +253,20 @@ def s3_store(bucket: str, *, endpoint: str | None, region: str | None, profile: 
         config.update(_profile_credentials(profile or "default"))
     from datetime import timedelta
 
-    retries = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
+    retries: dict = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
+    if policy is not None:
+        client["timeout"] = f"{max(1, round(policy.deadline_for(POLICY_SPAN) * 1000))}ms"
+        client["connect_timeout"] = f"{max(1, round(min(5.0, policy.deadline) * 1000))}ms"
+        client["pool_max_idle_per_host"] = "64"
+        retries = {
+            "max_retries": policy.attempts - 1,
+            "retry_timeout": timedelta(seconds=policy.budget),
+            "backoff": {
+                "init_backoff": timedelta(seconds=policy.backoff),
+                "max_backoff": timedelta(seconds=policy.max_backoff),
+                "base": 2,
+            },
+        }
     return S3Store(bucket, config=config, client_options=client, retry_config=retries)
 
 

@@ -68,6 +68,7 @@ REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs mor
 # One GET per merged span, however long: fill() streams it into the chunks' buffers, so nothing of its size
 # is held; each request costs a round trip (and, on servers such as moto, a read of the whole object).
 REMOTE_MAX_SPAN = 1 << 30
+REMOTE_SPANS_IN_FLIGHT = 16  # merged spans of remote sources (S3, HTTP) requested at once
 STREAM_PIECE = 1 << 20  # an S3 span's body is scattered into the chunks' buffers in pieces of this size
 MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
 CHECKED_SPAN = 1 << 21  # the longest merged read when its references' checksums are compared
@@ -693,21 +694,59 @@ class ManifestMap(ZMap):
             length = min(whole, len(buffer))
             results[index] = whole
             by_source.setdefault(id(source), (source, []))[1].append((index, entry.offset, length, buffer))
-        tasks = []
+        tasks, remote = [], []
         for source, wanted in by_source.values():
             gap = self.gap if self.gap is not None else source.gap
             ranges = [(offset, length) for _, offset, length, _ in wanted]
             longest = min(source.max_span, CHECKED_SPAN) if self.manifest.checksums else source.max_span
             spans = byteranges.merge_ranges(ranges, gap, longest)  # checked: each hashed while hot
+            queue = tasks if isinstance(source, _LocalSource) else remote
             if self.manifest.checksums:
-                tasks.extend(
+                queue.extend(
                     lambda s=source, p=span, w=wanted: self._filled_and_checked(s, p, w, keys, results)
                     for span in spans
                 )
             else:
-                tasks.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
+                queue.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
+        if remote:  # requests mostly wait: many in flight, on threads of their own
+            byteranges.run_concurrently(remote, REMOTE_SPANS_IN_FLIGHT)
         run_all(tasks, self.io_width)
         return results
+
+    def read_many(self, keys: Sequence[str], limit: int) -> list[bytes | int | None] | None:
+        """Whole objects of ``keys`` read together, when that saves requests: None (read them one by one)
+        unless some are references into remote sources (S3, HTTP), whose neighbours are then merged into
+        spans as :meth:`read_many_into` merges them (a COG's compressed tiles lie end to end: one GET for
+        a row of them instead of one each). Each item is the object's bytes, None without content, or its
+        length (unread) when it is longer than ``limit`` bytes. The format layer's batch read of chunks
+        that are decoded (compressed) before use; raw chunks go to :meth:`read_many_into` directly."""
+        if all(container.prefix.startswith("file://") for container in self.containers):
+            return None  # every reference is local (others are refused): one positional read each is cheap
+        normalized = [self._key(key) for key in keys]
+        entries = self.manifest.get_many([key[1:] for key in normalized])
+        if not any(
+            isinstance(e, Reference) and not self._resolve(e.url, k)[0].startswith("file:")
+            for k, e in zip(normalized, entries, strict=True)
+        ):
+            return None
+        found: list[bytes | int | None] = [None] * len(keys)
+        requests, places = [], []
+        for index, (key, entry) in enumerate(zip(normalized, entries, strict=True)):
+            if entry is None:
+                continue
+            if isinstance(entry, bytes):
+                found[index] = entry if len(entry) <= limit else len(entry)
+                continue
+            length = self._length(entry, self._source(key, entry), key)
+            if length > limit:
+                found[index] = length
+                continue
+            buffer = bytearray(length)
+            requests.append((key, memoryview(buffer)))
+            places.append((index, buffer))
+        for (index, buffer), count in zip(places, self.read_many_into(requests), strict=True):
+            found[index] = None if count is None else bytes(buffer)
+        return found
 
     def _filled_and_checked(
         self, source: _Source, span: byteranges.Span, wanted: list, keys: list[str], results: list
@@ -818,7 +857,9 @@ class _LocalSource(_Source):
 
 
 class _ObjectSource(_Source):
-    """An S3 object (``s3://bucket/key``): its size and ETag from one HEAD, spans as range GETs."""
+    """An S3 object (``s3://bucket/key``): its size and ETag from one HEAD (compared with what the manifest
+    recorded), spans as range GETs conditional on that ETag (``If-Match``: an object replaced while it is
+    read is an error, never bytes of two versions)."""
 
     gap = REMOTE_GAP
     max_span = REMOTE_MAX_SPAN
@@ -840,14 +881,33 @@ class _ObjectSource(_Source):
             error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
             raise error or StorageError(f"the source {self.name} of a reference does not exist") from exc
         self.size = meta["size"]
-        _check_recorded(self.name, recorded, self.size, etag=meta.get("e_tag") or "(none)")
+        self.etag = meta.get("e_tag")
+        _check_recorded(self.name, recorded, self.size, etag=self.etag or "(none)")
+
+    def _options(self, start: int, end: int) -> dict:
+        return {"range": (start, end), **({"if_match": self.etag} if self.etag else {})}
+
+    def _failure(self, exc: Exception) -> NCZError:
+        from obstore.exceptions import PreconditionError
+
+        if isinstance(exc, PreconditionError):
+            return StorageError(
+                f"the source {self.name} changed while it was read (its ETag is no longer {self.etag})"
+            )
+        error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+        return error or StorageError(f"the source {self.name} disappeared")
 
     def read(self, offset: int, length: int) -> bytes:
+        import obstore
+
+        if not length:
+            return b""
         try:
-            data = byteranges.get_object_range(self.store, self.path, offset, length)
+            data = bytes(
+                obstore.get(self.store, self.path, options=self._options(offset, offset + length)).bytes()
+            )
         except Exception as exc:
-            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
-            raise error or StorageError(f"the source {self.name} disappeared") from exc
+            raise self._failure(exc) from exc
         if len(data) != length:
             raise StorageError(
                 f"{self.name} is shorter than its references say ({len(data)} of {length} bytes at "
@@ -868,7 +928,7 @@ class _ObjectSource(_Source):
         active: list[int] = []  # started, not yet complete (several only where references overlap)
         at = span.start
         try:
-            result = obstore.get(self.store, self.path, options={"range": (span.start, span.end)})
+            result = obstore.get(self.store, self.path, options=self._options(span.start, span.end))
             for piece in result.stream(min_chunk_size=STREAM_PIECE):
                 view = memoryview(piece)
                 end = min(at + len(view), span.end)
@@ -888,8 +948,7 @@ class _ObjectSource(_Source):
                 if at == span.end:
                     break
         except Exception as exc:
-            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
-            raise error or StorageError(f"the source {self.name} disappeared") from exc
+            raise self._failure(exc) from exc
         if at != span.end:
             raise StorageError(
                 f"{self.name} is shorter than its references say ({at - span.start} of "
@@ -898,14 +957,21 @@ class _ObjectSource(_Source):
 
 
 class _HttpSource(_Source):
-    """A file served over HTTP(S): the canonical URL is requested as it is, one HEAD then range GETs
-    (``nczmap.zmap.http``, which never follows a redirect: a 3xx is AccessDenied).
+    """A file served over HTTP(S): the canonical URL is requested as it is, one HEAD (size and ETag,
+    compared with what the manifest recorded; whether ranges are served) then range GETs conditional on
+    that ETag (``If-Match``: a file replaced while it is read is an error, never bytes of two versions),
+    through ``nczmap.zmap.http``, which never follows a redirect (a 3xx is AccessDenied) and bounds every
+    request by its deadline and retry budget.
+
+    Merged spans are read as S3's are: one GET a span (up to :data:`REMOTE_MAX_SPAN`), its body scattered
+    into the chunks' buffers as it arrives, many spans in flight (:data:`REMOTE_SPANS_IN_FLIGHT`).
 
     Container option ``headers`` (a dict, for example an ``Authorization``) goes with every request; it
     comes from the user's grant, never from the manifest.
     """
 
     gap = REMOTE_GAP
+    max_span = REMOTE_MAX_SPAN
 
     def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
         from nczmap.zmap.http import HttpReader
@@ -925,6 +991,7 @@ class _HttpSource(_Source):
             self.reader.close()
             raise
         self.size = head.size
+        self.reader.conditional = True  # every GET: If-Match the ETag just checked
 
     def read(self, offset: int, length: int) -> bytes:
         return self.reader.read(offset, length)
@@ -934,7 +1001,8 @@ class _HttpSource(_Source):
             _, offset, length, buffer = wanted[span.members[0]]
             self.reader.read_into(offset, buffer[:length])
         else:
-            super().fill(span, wanted)
+            targets = [(wanted[m][1], wanted[m][3][: wanted[m][2]]) for m in span.members]
+            self.reader.scatter(span.start, span.end, targets)
 
     def close(self) -> None:
         self.reader.close()

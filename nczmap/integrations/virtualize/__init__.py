@@ -52,6 +52,7 @@ from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
 from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
+from nczmap.zmap.byteranges import RequestPolicy
 
 # Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
 PARSERS = {
@@ -97,12 +98,19 @@ def virtualize(
     checksums: bool | None = None,
     reading: Progress | None = None,
     append: bool = False,
+    concurrency: int | None = None,
+    deadline: float | None = None,
+    retry_budget: float | None = None,
+    skip_unreadable: bool = False,
 ) -> VirtualizeResult:
     """Write a manifest at ``destination`` presenting ``sources`` as one NCZarr dataset.
 
-    ``sources``: paths (globs expanded), ``file://`` URLs or S3 URLs of netCDF-4/HDF5, netCDF-3 or TIFF
-    files. ``destination``: a path or URL (kerchunk JSON, or kerchunk's Parquet form when it ends
-    ``.parq``; ``#mode=nczarr,manifest`` is implied; ``#mode=icechunk`` for an Icechunk repository).
+    ``sources``: paths (globs expanded), ``file://`` URLs, http(s) URLs, S3 URLs and S3 prefixes
+    (``s3://bucket/dir/`` or ``s3://bucket/dir/*.nc``, one listing) of netCDF-4/HDF5, netCDF-3 or TIFF
+    files, and lists of them (``"@urls.txt"``: one source a line, blank lines and ``#`` comments ignored,
+    relative paths taken from the list's directory). ``destination``: a path or URL (kerchunk JSON, or
+    kerchunk's Parquet form when it ends ``.parq``; ``#mode=nczarr,manifest`` is implied;
+    ``#mode=icechunk`` for an Icechunk repository).
     ``concat`` names the dimension (``time`` or ``/group/time``) several sources are joined along;
     ``new_dim`` (``"time=%Y%m%d"`` or ``("time", "%Y%m%d")``) stacks them along a new leading dimension
     whose coordinate comes from each file name. Files are joined only where every attribute that changes
@@ -116,10 +124,24 @@ def virtualize(
     written for; ``progress(done, total)`` is called as chunks are described, ``reading(done, total)`` as
     sources are parsed. ``executor`` parses the sources after the first: a ``concurrent.futures`` thread
     pool of this process, or a ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is
-    opened again where its task runs, and its parse sent back); by default remote sources are parsed on up
-    to eight threads, local ones one after another. ``checksums`` reads every referenced range once and
-    records its crc32c in the manifest (the ``"nczmap"`` key), so that a read of a source rewritten in
-    place, even with its size and modification time restored, is a StorageError naming the chunk.
+    made again where its task runs, and its parse sent back); by default remote sources are parsed on
+    ``concurrency`` threads (64; connections are reused per host), local ones one after another. The first
+    file is always parsed first (the others are compared with it). ``checksums`` reads every referenced
+    range once and records its crc32c in the manifest (the ``"nczmap"`` key), so that a read of a source
+    rewritten in place, even with its size and modification time restored, is a StorageError naming the
+    chunk.
+
+    Remote sources cost no request before they are parsed (an S3 listing gives sizes and ETags; an HTTP
+    source's first ranged GET gives its size, ETag and modification time: no HEAD) and usually one while
+    parsed (the first 64 KiB hold a COG's or netCDF-3 file's metadata); later reads are conditional on the
+    ETag first seen, so a source replaced while it is read is a StorageError naming it and nothing is
+    written. Every request has an overall deadline of ``deadline`` seconds (default 30) plus one second a
+    MB of its length, whatever the server does; failures worth another attempt (5xx, 408, 429, dropped
+    connections, bodies cut short, timeouts) are retried with exponential back-off and jitter, honouring
+    ``Retry-After``, up to 10 attempts within ``retry_budget`` seconds (default 120). With
+    ``skip_unreadable`` a source that cannot be read (after those retries) or is in no known format is
+    left out and listed in :attr:`VirtualizeResult.skipped` instead of failing the run; without it the
+    error names the file.
 
     ``append``: add ``sources`` to the existing dataset at ``destination`` (a manifest or an Icechunk
     repository made by ``virtualize``), parsing only them: joined as the dataset was made (its recorded
@@ -131,6 +153,7 @@ def virtualize(
         load = [name for name in load.split(",") if name]
     if max_chunk_bytes is not None and max_chunk_bytes < 1:
         raise FormatError(f"max_chunk_bytes must be a positive number of bytes, not {max_chunk_bytes}")
+    reads = _Reads(concurrency, _policy(deadline, retry_budget), skip_unreadable)
     given = Join(
         concat,
         _new_dim(new_dim),
@@ -150,12 +173,14 @@ def virtualize(
             )
             if value is not None
         }
-        return _warned(_append(sources, destination, given, named, allow, skip_mismatched, executor, reading))
+        return _warned(
+            _append(sources, destination, given, named, allow, skip_mismatched, executor, reading, reads)
+        )
     options = options_for(given, skip_mismatched)
     files: list[SourceFile] = []
     parsed: list[ParsedFile] = []
     try:
-        files = source_files(sources)
+        files = source_files(sources, reads.policy)
         if len(files) > 1 and concat is None and new_dim is None:
             raise FormatError(
                 f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
@@ -163,13 +188,14 @@ def virtualize(
             )
         files = _in_date_order(files, options)
         url = manifest_url(destination, files)
-        parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
+        parsed, unreadable = reads.parse(files, executor, reading)
+        files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
         joined = plan(parsed, options)
         granted = grants(allow, files)
         result = VirtualizeResult(
             url.location, refused=list(joined.refused), containers=as_containers(granted)
         )
-        result.skipped, result.notes = joined.skipped, joined.notes
+        result.skipped, result.notes = _listed(unreadable) + joined.skipped, joined.notes
         result.formats = [p.format for p in parsed]
         kept = [f for f in files if f.name in joined.sources]
         refused = [r.variable for r in joined.refused if r.attribute is None]
@@ -181,6 +207,48 @@ def virtualize(
         for file in files:
             file.close()
     return _warned(result)
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """How sources are read: parses in flight, the requests' policy, whether unreadable ones are skipped."""
+
+    concurrency: int | None
+    policy: RequestPolicy
+    skip_unreadable: bool
+
+    def __post_init__(self) -> None:
+        count = self.concurrency
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise FormatError(f"concurrency must be a positive whole number, not {count!r}")
+
+    def parse(self, files: list[SourceFile], executor, reading) -> tuple[list[ParsedFile], list]:
+        """The parses of the files that could be read, and the ``(file, why)`` of those that could not
+        (always empty without ``skip_unreadable``)."""
+        unreadable: list = []
+        parsed = parallel.parse_all(
+            files,
+            ParseOptions(),
+            PARSERS,
+            executor,
+            reading,
+            concurrency=self.concurrency,
+            skipped=unreadable if self.skip_unreadable else None,
+        )
+        return parsed, unreadable
+
+
+def _policy(deadline: float | None, budget: float | None) -> RequestPolicy:
+    """The requests' policy for ``deadline`` and ``retry_budget`` (the defaults when None)."""
+    chosen = {"deadline": deadline, "budget": budget}
+    try:
+        return RequestPolicy(**{name: value for name, value in chosen.items() if value is not None})
+    except ValueError as exc:
+        raise FormatError(f"{str(exc).replace('budget', 'retry_budget')}") from None
+
+
+def _listed(unreadable: list) -> list[tuple[str, str]]:
+    return [(file.name, why) for file, why in unreadable]
 
 
 def _in_date_order(files: list[SourceFile], options: CombineOptions) -> list[SourceFile]:
@@ -202,7 +270,15 @@ def _warned(result: VirtualizeResult) -> VirtualizeResult:
 
 
 def _append(
-    sources, destination, given: Join, named: set[str], allow, skip_mismatched: bool, executor, reading
+    sources,
+    destination,
+    given: Join,
+    named: set[str],
+    allow,
+    skip_mismatched: bool,
+    executor,
+    reading,
+    reads: _Reads,
 ) -> VirtualizeResult:
     """:func:`virtualize` with ``append``: see :mod:`.append`."""
     from nczmap.format import open_on
@@ -212,7 +288,7 @@ def _append(
     files: list[SourceFile] = []
     parsed: list[ParsedFile] = []
     try:
-        files = source_files(sources)
+        files = source_files(sources, reads.policy)
         url = manifest_url(destination, files)
         if url.driver == "manifest" and url.on_s3:
             raise FormatError(
@@ -228,13 +304,14 @@ def _append(
             options = options_for(join, skip_mismatched)
             _refuse_known_sources(zmap, files, url.location)
             files = _in_date_order(files, options)
-            parsed = parallel.parse_all(files, ParseOptions(), PARSERS, executor, reading)
+            parsed, unreadable = reads.parse(files, executor, reading)
+            files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
             existing = existing_file(dataset, url.location, join)
             joined = plan([existing, *parsed], options)
             check_new_variables(joined, existing, url.location)
             check_order(joined, join.concat or join.new_dim[0], url.location)
             result = VirtualizeResult(url.location, containers=as_containers(granted))
-            result.skipped, result.notes = joined.skipped, joined.notes
+            result.skipped, result.notes = _listed(unreadable) + joined.skipped, joined.notes
             result.formats = [p.format for p in parsed]
             kept = [f for f in files if f.name in joined.sources]
             if not kept:
@@ -295,7 +372,7 @@ def is_source_file(path: str) -> bool:
         return False
     try:
         parser_for(file)
-    except FormatError:
+    except NCZError:  # not a source format, or unreadable (opened only now)
         return False
     finally:
         file.close()

@@ -22,7 +22,7 @@ from nczmap.format import Dataset
 from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs, open_target
 from nczmap.integrations.virtualize.combine import Plan, is_joined_coordinate, loaded_values
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
-from nczmap.integrations.virtualize.sources import SourceFile
+from nczmap.integrations.virtualize.sources import RemoteFile, SourceFile
 from nczmap.manifest.containers import Container, as_containers, authorize, normalize
 from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 from nczmap.url import ParsedURL, parse_url
@@ -152,8 +152,11 @@ def _reference_chunked(
     small = sizes < SMALL_CHUNK
     if small.any():
         for at in np.flatnonzero(small).tolist():
-            storage = storages[owners[at]][0]
-            zmap.write(f"{dest.key}/{names[at]}", storage.read(int(offsets[at]), int(sizes[at])))
+            data = _held(storages[owners[at]][0], int(offsets[at]), int(sizes[at]))
+            if data is None:  # a remote source's bytes not fetched yet: a reference costs no request
+                small[at] = False
+                continue
+            zmap.write(f"{dest.key}/{names[at]}", data)
         result.inline += int(small.sum())
         names = [name for name, tiny in zip(names, small.tolist(), strict=True) if not tiny]
         offsets, sizes, owners = offsets[~small], sizes[~small], owners[~small]
@@ -303,6 +306,15 @@ def _entries(
         yield from _contiguous_entries(variable, storage, shift)
 
 
+def _held(storage: Storage, offset: int, size: int) -> bytes | None:
+    """The bytes of a small chunk, to keep in the manifest: read from a local source; None for a remote
+    one, whose chunk is then referenced (fetching it would be a request a file more; and whether its bytes
+    happen to be held by then depends on a cache, which would make the manifest depend on it)."""
+    if isinstance(getattr(storage.read, "__self__", None), RemoteFile):  # the parser gave its source's read
+        return None
+    return storage.read(offset, size)
+
+
 def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int):
     chunks, axis = variable.layout.chunks, variable.axis
     ndim = len(storage.chunks)
@@ -314,11 +326,9 @@ def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int):
         index = [c // k for c, k in zip(corner, chunks, strict=True)]
         if axis is not None:
             index[axis] += shift
-        size = storage.sizes[number]
-        if size < SMALL_CHUNK:
-            yield tuple(index), storage.read(storage.offsets[number], size)
-        else:
-            yield tuple(index), (storage.offsets[number], size)
+        size, offset = storage.sizes[number], storage.offsets[number]
+        data = _held(storage, offset, size) if size < SMALL_CHUNK else None
+        yield tuple(index), (data if data is not None else (offset, size))
 
 
 def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int):

@@ -3,15 +3,26 @@
 A collection of files written alike (a COG series) has one model: the first file is parsed in full and
 each other file's parser (``parse_twin``) only checks that its metadata equals the first's and reads where
 its chunks are; a file unlike the first is parsed in full (and then checked against it by the combiner).
+The first file is parsed before the others start (they need its fingerprint).
 
 Where the parses run:
 
 - local files, no executor: one after another (there is no waiting to overlap);
-- remote files, no executor: on up to eight threads;
-- a ``concurrent.futures.ThreadPoolExecutor``: on it, sharing this process's open sources;
+- remote files (or some), no executor: on ``concurrency`` threads (:data:`CONCURRENCY` by default: a
+  parse mostly waits on a request or two, so many in flight fit latency; connections are shared per host);
+- a ``concurrent.futures.ThreadPoolExecutor``: on it, sharing this process's sources;
 - any other executor (``ProcessPoolExecutor``, a dask ``distributed.Client``, anything with
-  ``submit(fn, *args)`` returning a future with ``result()``): each source is opened again where the task
-  runs, and its parse comes back pickled, its references to that source bound to this process's.
+  ``submit(fn, *args)`` returning a future with ``result()``): each source is made again where the task
+  runs (with what is known of it: a listing's size and ETag, so its reads are conditional on them), and
+  its parse comes back pickled, its references to that source bound to this process's, along with what
+  was learnt of the source there (checked against what this process knows).
+
+Each source is let go of once parsed (``SourceFile.release``: a local file's descriptor closed, a remote
+one's bytes but its first block dropped), so a collection larger than the descriptor limit parses.
+
+A failure stops the run (the parses not started are cancelled) and is raised naming its file, unless
+``skipped`` is given: then a file that cannot be read (after the request retries) or is in no known format
+is left out and listed there, ``(file, why)``.
 """
 
 from __future__ import annotations
@@ -21,13 +32,15 @@ import importlib
 import io
 import pickle
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
-from nczmap.errors import FormatError, NCZError
+from nczmap.errors import AccessDenied, DataError, DriverNotAvailable, FormatError, NCZError, StorageError
 from nczmap.integrations.virtualize.parsed import ParsedFile, ParseOptions
-from nczmap.integrations.virtualize.sources import LocalFile, SourceFile, source_file
+from nczmap.integrations.virtualize.sources import LocalFile, RemoteFile, SourceFile, source_file
+from nczmap.zmap.byteranges import RequestPolicy
 
 Progress = Callable[[int, int], None]
+CONCURRENCY = 64  # remote sources parsed at once by default
 
 
 def parse_all(
@@ -36,13 +49,29 @@ def parse_all(
     parsers: Mapping[str, str],
     executor=None,
     reading: Progress | None = None,
+    *,
+    concurrency: int | None = None,
+    skipped: list[tuple[SourceFile, str]] | None = None,
 ) -> list[ParsedFile]:
     """Every file parsed, in order (``parsers``: format name -> parser module name, tried in order); on
-    a failure the parses made are closed and it is raised."""
+    a failure the parses made are closed and it is raised, naming the file. With ``skipped`` (a list),
+    unreadable files and files of no known format are left out of the result and appended there."""
     parsers = dict(parsers)
-    first = parse_one(files[0], options, parsers)
-    if reading is not None:
-        reading(1, len(files))
+    total = len(files)
+    first: ParsedFile | None = None
+    at = 0
+    while first is None:
+        if at == total:
+            names = ", ".join(file.shown for file, _ in (skipped or [])[-3:])
+            raise FormatError(f"none of the {total} sources could be read (the last: {names})")
+        file = files[at]
+        at += 1
+        try:
+            first = _released(file, parse_one, file, options, parsers)
+        except Exception as exc:
+            _skip_or_raise(file, exc, skipped)
+        if reading is not None:
+            reading(at, total)
     try:
         module = parsers[first.format]
         twins = first.fingerprint is not None and hasattr(importlib.import_module(module), "parse_twin")
@@ -53,8 +82,7 @@ def parse_all(
             fingerprint=first.fingerprint if twins else None,
             module=module,
         )
-        rest = files[1:]
-        others = _collect(rest, _futures(rest, task, executor), reading, len(files))
+        others = _run(files[at:], task, executor, concurrency, reading, total, skipped)
     except BaseException:
         first.close()
         raise
@@ -74,10 +102,34 @@ def parse_one(file: SourceFile, options: ParseOptions, parsers: Mapping[str, str
         raise file.error from None
 
 
+class _NotHeld(Exception):
+    """A sniffer asked for bytes a remote source does not hold (never an NCZError: sniffers catch those)."""
+
+
 def parser_for(file: SourceFile, parsers: Mapping[str, str]):
-    """The parser module whose format ``file`` is in; FormatError naming the file if none."""
-    for module_name in parsers.values():
-        module = importlib.import_module(module_name)
+    """The parser module whose format ``file`` is in; FormatError naming the file if none.
+
+    A remote source is first sniffed in the bytes its first read brought (no request): a format
+    recognised there wins over one whose sniffer would need bytes beyond them (HDF5 looks for its
+    signature at 512, 1024... up to the end of the file, 8 requests for a 30 MB COG); only when none is
+    recognised are the sniffers run again with reads."""
+    modules = [importlib.import_module(name) for name in parsers.values()]
+    if isinstance(file, RemoteFile):
+        file.read_head(0, 8)  # the first read
+
+        def held(offset: int, length: int) -> bytes:
+            data = file.cached(offset, length)
+            if data is None:
+                raise _NotHeld
+            return data
+
+        for module in modules:
+            try:
+                if module.sniff(held, file.size):
+                    return module
+            except _NotHeld:
+                continue
+    for module in modules:
         if module.sniff(file.read_head, file.size):
             return module
     raise FormatError(f"{file.shown!r} is not a file nczmap can virtualize (netCDF-4/HDF5, netCDF-3 or TIFF)")
@@ -95,6 +147,40 @@ def _parse_like(
     return parse_one(file, options, parsers)
 
 
+def _released(file: SourceFile, function, *args) -> ParsedFile:
+    """``function(*args)``, then ``file`` let go of (a failure is named after it: :func:`_named`)."""
+    try:
+        return function(*args)
+    except Exception as exc:
+        raise _named(exc, file) from exc.__cause__
+    finally:
+        file.release()
+
+
+def _named(exc: Exception, file: SourceFile) -> Exception:
+    """``exc``, or the same error with the file named in front when its message does not name it."""
+    text = str(exc)
+    if any(name and name in text for name in (file.name, file.shown, file.url)):
+        return exc
+    if type(exc) in (StorageError, FormatError, AccessDenied, DataError):
+        named = type(exc)(f"{file.shown}: {text}")
+        named.__traceback__ = exc.__traceback__
+        return named
+    return exc
+
+
+def _skippable(exc: BaseException) -> bool:
+    """A source that cannot be read or is in no known format (a missing driver is not the source's)."""
+    return isinstance(exc, NCZError | OSError) and not isinstance(exc, DriverNotAvailable)
+
+
+def _skip_or_raise(file: SourceFile, exc: Exception, skipped: list | None) -> None:
+    if skipped is None or not _skippable(exc):
+        raise exc
+    skipped.append((file, str(exc)))
+    file.close()
+
+
 def _bind_twin(twin: ParsedFile, first: ParsedFile) -> None:
     """A twin shares ``first``'s model; the storages its parser did not make (values computed from the
     metadata, the same in both) are copies of ``first``'s, named for the twin."""
@@ -106,36 +192,142 @@ def _bind_twin(twin: ParsedFile, first: ParsedFile) -> None:
 
 
 # ---------------------------------------------------------------------------------------- executors
-def _futures(files: list[SourceFile], task, executor) -> list:
-    if executor is None and all(isinstance(f, LocalFile) for f in files):
-        return [_Later(task, f) for f in files]  # local: one by one
+def _run(
+    files: list[SourceFile],
+    task,
+    executor,
+    concurrency: int | None,
+    reading: Progress | None,
+    total: int,
+    skipped: list | None,
+) -> list[ParsedFile]:
+    """Every file's parse, in order (skipped ones left out); progress reported as parses end."""
+    if not files:
+        return []
+    width = CONCURRENCY if concurrency is None else concurrency
+    local = all(isinstance(f, LocalFile) for f in files)
+    if executor is None and (local or width <= 1):
+        return _one_by_one(files, task, reading, total, skipped)
     if executor is None:
-        pool = ThreadPoolExecutor(max_workers=min(8, len(files)) or 1)
-        try:
-            return [pool.submit(task, f) for f in files]
-        finally:
-            pool.shutdown(wait=False)
+        workers = min(width, len(files))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nczmap-parse") as pool:
+            return _gathered(files, pool, task, reading, total, skipped)
     if isinstance(executor, ThreadPoolExecutor):
-        return [executor.submit(task, f) for f in files]
+        return _gathered(files, executor, task, reading, total, skipped)
     extra = {"pure": False} if type(executor).__module__.startswith("distributed") else {}
-    return [_Returned(executor.submit(_parse_elsewhere, _spec(f), task, **extra), f) for f in files]
+    futures = [_Returned(executor.submit(_parse_elsewhere, _spec(f), task, **extra), f) for f in files]
+    return _in_order(files, futures, reading, total, skipped)
 
 
-def _spec(file: SourceFile) -> str:
-    """How another process opens ``file``: its URL (``file://`` with the real path, or as given)."""
-    return file.url if isinstance(file, LocalFile) else file.shown
+def _one_by_one(files, task, reading, total, skipped) -> list[ParsedFile]:
+    parsed: list[ParsedFile] = []
+    try:
+        for done, file in enumerate(files, total - len(files) + 1):
+            try:
+                parsed.append(_released(file, task, file))
+            except Exception as exc:
+                _skip_or_raise(file, exc, skipped)
+            if reading is not None:
+                reading(done, total)
+    except BaseException:
+        for item in parsed:
+            item.close()
+        raise
+    return parsed
 
 
-def _parse_elsewhere(spec: str, task) -> bytes:
-    """Run in another process or machine: the source opened there, parsed, and the parse pickled with
-    the source itself left out (the caller binds its own)."""
-    file = source_file(spec)
+def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) -> list[ParsedFile]:
+    """The parses run on ``pool``, gathered as they end (progress then); on a failure the parses not
+    started are cancelled, those running waited for, and the failure of the earliest file raised."""
+    futures: dict[Future, int] = {pool.submit(_released, f, task, f): i for i, f in enumerate(files)}
+    results: list[ParsedFile | None] = [None] * len(files)
+    failures: dict[int, BaseException] = {}
+    done = total - len(files)
+    pending = set(futures)
+    try:
+        while pending and not failures:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                index = futures[future]
+                try:
+                    results[index] = future.result()
+                except Exception as exc:
+                    try:
+                        _skip_or_raise(files[index], exc, skipped)
+                    except Exception as error:
+                        failures[index] = error
+                done += 1
+                if reading is not None:
+                    reading(done, total)
+    except BaseException as exc:  # interrupted: stop like a failure
+        failures[-1] = exc
+    if failures:
+        for future in pending:
+            future.cancel()
+        wait(pending)
+        for future in pending:  # those that were running: their results closed, their failures weighed
+            if future.cancelled():
+                continue
+            failure = future.exception()
+            if failure is None:
+                future.result().close()
+            elif futures[future] < min(failures) and (skipped is None or not _skippable(failure)):
+                failures[futures[future]] = failure
+        for item in results:
+            if item is not None:
+                item.close()
+        raise failures[min(failures)]
+    found = [item for item in results if item is not None]
+    if skipped is not None:  # listed in the files' order, whatever order they failed in
+        positions = {id(file): i for i, file in enumerate(files)}
+        mine = [entry for entry in skipped if id(entry[0]) in positions]
+        others = [entry for entry in skipped if id(entry[0]) not in positions]
+        skipped[:] = others + sorted(mine, key=lambda entry: positions[id(entry[0])])
+    return found
+
+
+def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile]:
+    """Each future's ParsedFile, in order; on the first failure the others are closed and it is raised."""
+    parsed: list[ParsedFile] = []
+    error: BaseException | None = None
+    for done, (file, future) in enumerate(zip(files, futures, strict=True), total - len(files) + 1):
+        try:
+            parsed.append(future.result())
+        except Exception as exc:  # keep the others' results to close them
+            try:
+                _skip_or_raise(file, _named(exc, file), skipped)
+            except Exception as failure:
+                error = error or failure
+        except BaseException as exc:
+            error = error or exc
+        if reading is not None:
+            reading(done, total)
+    if error is not None:
+        for item in parsed:
+            item.close()
+        raise error
+    return parsed
+
+
+def _spec(file: SourceFile) -> tuple[str, dict, RequestPolicy | None]:
+    """How another process makes ``file`` again: its URL (``file://`` with the real path, or as given),
+    what is known of it (a remote source's size and ETag) and its request policy."""
+    if isinstance(file, LocalFile):
+        return file.url, {}, None
+    return file.shown, file.known(), getattr(file, "policy", None)
+
+
+def _parse_elsewhere(spec: tuple[str, dict, RequestPolicy | None] | str, task) -> tuple[bytes, dict]:
+    """Run in another process or machine: the source made there, parsed, and the parse pickled with the
+    source itself left out (the caller binds its own), with what was learnt of the source."""
+    text, known, policy = (spec, {}, None) if isinstance(spec, str) else spec
+    file = source_file(text, policy=policy, **known)
     try:
         parsed = task(file)
         try:
             buffer = io.BytesIO()
             _Pickler(buffer, file).dump(parsed)
-            return buffer.getvalue()
+            return buffer.getvalue(), file.known()
         finally:
             parsed.close()
     finally:
@@ -169,35 +361,6 @@ class _Returned:
         self.future, self.file = future, file
 
     def result(self) -> ParsedFile:
-        return _Unpickler(self.future.result(), self.file).load()
-
-
-class _Later:
-    """A parse run when its result is asked for, as ``future.result()``."""
-
-    def __init__(self, function, *args) -> None:
-        self.function, self.args = function, args
-
-    def result(self) -> ParsedFile:
-        return self.function(*self.args)
-
-
-def _collect(files: list[SourceFile], futures, reading: Progress | None, total: int) -> list[ParsedFile]:
-    """Each future's ParsedFile, in order; on the first failure the others are closed and it is raised
-    (local files: the rest are not parsed)."""
-    parsed: list[ParsedFile] = []
-    error: BaseException | None = None
-    for done, future in enumerate(futures, total - len(files) + 1):
-        try:
-            parsed.append(future.result())
-        except BaseException as exc:  # keep the others' results to close them
-            error = error or exc
-            if isinstance(future, _Later):
-                break
-        if reading is not None:
-            reading(done, total)
-    if error is not None:
-        for item in parsed:
-            item.close()
-        raise error
-    return parsed
+        data, known = self.future.result()
+        self.file.adopt(known)  # the size and ETag seen there: this process's reads conditional on them
+        return _Unpickler(data, self.file).load()

@@ -1,97 +1,156 @@
 """Byte sources of virtualization: the files a manifest will refer to, as parsers read them.
 
 A :class:`SourceFile` is one local file, S3 object or HTTP(S) URL: ``read(offset, length)`` (exactly that
-many bytes, or a StorageError), ``size``, ``name`` (for messages), ``url`` (canonical, what references
-name), the container it lies in by default (:meth:`SourceFile.grant`) and what the manifest records to
-recognise a changed source (:meth:`SourceFile.recorded`, checked again by :meth:`check_unchanged` before
-the manifest is written). S3 objects are read through a small block cache (:class:`RangeReader`, also a
-file object for h5py), conditional on the ETag first seen.
+many bytes, or a StorageError), ``read_head`` (up to that many), ``read_ranges`` (many at once),
+``cached`` (what is held, never a request), ``size``, ``name`` (for messages), ``url`` (canonical, what
+references name), the container it lies in by default (:meth:`SourceFile.grant`) and what the manifest
+records to recognise a changed source (:meth:`SourceFile.recorded`).
+
+Making a source costs no request and holds no descriptor (:func:`source_files` of thousands of files is
+a ``stat`` each for local ones, nothing for remote ones, and one LIST an S3 prefix, whose sizes and ETags
+the objects keep). A local file is opened when it is first read and let go of once parsed
+(:meth:`SourceFile.release`); a later read opens it again, checking that its size and modification time
+are still those first seen, and at most :data:`OPEN_FILES` are held open at once, so a collection larger
+than the descriptor limit works.
+
+A remote source makes its first request on its first read (or when its ``size`` is asked for): one GET
+of at least :data:`FIRST_BLOCK` bytes from its start, whose answer also gives its size, ETag and
+modification time (HTTP: ``Content-Range``, ``ETag``, ``Last-Modified``; S3: the GET's metadata) — no
+HEAD. What was fetched is kept (:class:`_Extents`): reads inside it make no request, reads outside fetch
+what they miss (a single read at least :data:`READ_AHEAD` bytes, ``read_ranges`` exactly what it asks,
+neighbours merged and the rest fetched concurrently). Every later GET is conditional on the ETag (or the
+modification time) first seen, so bytes of two versions are never mixed: a source replaced while it is
+parsed is a StorageError naming it, "changed while it was being virtualized".
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import glob
 import io
 import os
 import posixpath
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from nczmap.errors import FormatError, StorageError, URLError
+from nczmap.errors import FormatError, NCZError, StorageError, URLError
 from nczmap.manifest.containers import Container, normalize
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import byteranges
+from nczmap.zmap.byteranges import DEFAULT_POLICY, RequestPolicy
 
-BLOCK = 256 << 10  # an S3 source is read in aligned blocks this large (HDF5's reads are mostly far smaller)
-CACHED_BLOCKS = 32  # blocks kept per S3 source (8 MiB): metadata read twice is not fetched twice
+FIRST_BLOCK = 64 << 10  # a remote source's first read fetches at least this much from its start
+READ_AHEAD = 16 << 10  # a read outside what is held fetches at least this much
+RANGES_GAP = 16 << 10  # read_ranges fetches ranges closer than this in one request
+SPANS_IN_FLIGHT = 16  # requests of one read_ranges call at once
+HELD_BYTES = 8 << 20  # bytes a remote source keeps while it is parsed (its first block always)
+RELEASED_BYTES = 1 << 20  # bytes it keeps once parsed (its first block, the most recently used others)
+KEPT_BYTES = 256 << 20  # bytes all parsed remote sources keep together (the least recently parsed dropped)
+OPEN_FILES = 64  # local sources held open at once, at most (a quarter of the descriptor limit if lower)
 
 
 # ------------------------------------------------------------------------------------------ arguments
-def source_files(sources: Sequence[str | os.PathLike[str]]) -> list[SourceFile]:
-    """Every source, opened: local paths (globs such as ``data/*.nc`` expanded, in sorted order),
-    ``file://`` URLs and S3 objects; FormatError for a source given twice or a pattern matching nothing."""
+def source_files(
+    sources: Sequence[str | os.PathLike[str]] | str | os.PathLike[str], policy: RequestPolicy | None = None
+) -> list[SourceFile]:
+    """Every source, made (no request, no descriptor held): local paths (globs such as ``data/*.nc``
+    expanded, in sorted order), ``file://`` URLs, http(s) URLs, S3 objects and prefixes, and lists of
+    sources (``@urls.txt``: one a line, see :func:`listed_sources`); FormatError for a source given twice
+    or a pattern matching nothing. ``policy`` bounds the requests of remote sources."""
     if isinstance(sources, str | os.PathLike):
         sources = [sources]
-    names = [name for source in sources for name in _expand(source)]
-    if not names:
+    named = [item for source in sources for item in _expand(source, policy)]
+    if not named:
         raise FormatError("no source files to virtualize")
     files: list[SourceFile] = []
     seen: set[str] = set()
-    try:
-        for name in names:
-            file = source_file(name)
-            files.append(file)
-            if file.url in seen:  # a set: a glob may name thousands of files
-                raise FormatError(f"{file.shown!r} is given twice")
-            seen.add(file.url)
-    except BaseException:
-        for file in files:
-            file.close()
-        raise
+    for name, known in named:
+        file = source_file(name, policy=policy, **known)
+        files.append(file)
+        if file.url in seen:  # a set: a glob may name thousands of files
+            raise FormatError(f"{file.shown!r} is given twice")
+        seen.add(file.url)
     return files
 
 
-def _expand(source: str | os.PathLike[str]) -> list[str | os.PathLike[str]]:
-    """A local glob pattern's matches, or the objects under an S3 prefix (``s3://bucket/dir/``, or a
-    pattern ``s3://bucket/dir/*.nc``), sorted; anything else as it is."""
-    text = os.fspath(source)
+def listed_sources(path: str | os.PathLike[str]) -> list[str]:
+    """The sources listed in the file at ``path``: one a line (a path, a glob, a URL or an S3 prefix),
+    blank lines and lines starting with ``#`` ignored, relative paths taken from the list's directory."""
+    text = os.fspath(path)
+    try:
+        with open(text, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FormatError(f"cannot read the list of sources {text!r}: {exc}") from None
+    folder = os.path.dirname(os.path.abspath(text))
+    found = []
+    for number, line in enumerate(lines, 1):
+        entry = line.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        if entry.startswith("@"):
+            raise FormatError(f"{text}, line {number}: a list of sources cannot name another ({entry!r})")
+        if "://" not in entry and not os.path.isabs(entry):
+            entry = os.path.join(folder, entry)
+        found.append(entry)
+    if not found:
+        raise FormatError(f"the list of sources {text!r} names no source")
+    return found
+
+
+def _expand(source: str | os.PathLike[str], policy: RequestPolicy | None) -> list[tuple[object, dict]]:
+    """``(source, what is known of it)`` for each source ``source`` names: a list file's entries, a local
+    glob pattern's matches, or the objects under an S3 prefix (``s3://bucket/dir/``, or a pattern
+    ``s3://bucket/dir/*.nc``) with the size and ETag the listing gave, sorted; anything else as it is."""
     if isinstance(source, os.PathLike):
-        return [source]
+        return [(source, {})]
+    text = os.fspath(source)
+    if text.startswith("@"):
+        return [item for entry in listed_sources(text[1:]) for item in _expand(entry, policy)]
     if "://" not in text:
         if not glob.has_magic(text):
-            return [source]
+            return [(source, {})]
         matches = sorted(glob.glob(text))
         if not matches:
             raise FormatError(f"no file matches {text!r}")
-        return matches
+        return [(match, {}) for match in matches]
     if _is_http(text):
-        return [source]
+        return [(source, {})]
     url = _parse(text)
     folder = text.partition("#")[0].endswith("/")
     if url.on_s3 and (folder or not url.path or glob.has_magic(url.path)):
-        return _s3_matches(url, text)
-    return [source]
+        return _s3_matches(url, text, policy)
+    return [(source, {})]
 
 
-def _s3_matches(url: ParsedURL, text: str) -> list[str]:
+def _s3_matches(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list[tuple[object, dict]]:
+    """The objects matching an S3 prefix or pattern, from one listing: their size and ETag kept, so that
+    no object needs a request before it is parsed."""
     import fnmatch
 
     import obstore
 
     folder, pattern = (url.path, "*") if not glob.has_magic(url.path) else posixpath.split(url.path)
     folder = folder.rstrip("/")
-    store = byteranges.s3_store(url.bucket, endpoint=url.endpoint, region=url.region, profile=url.profile)
+    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
     try:
         listing = obstore.list_with_delimiter(store, folder + "/" if folder else None)
     except Exception as exc:
         error = byteranges.store_error(exc, f"list {text}", url.bucket)
         raise error or StorageError(f"cannot list {text}") from exc
-    objects = listing["objects"]
-    names = sorted(o["path"] for o in objects if fnmatch.fnmatchcase(posixpath.basename(o["path"]), pattern))
-    if not names:
+    objects = sorted(
+        (o for o in listing["objects"] if fnmatch.fnmatchcase(posixpath.basename(o["path"]), pattern)),
+        key=lambda o: o["path"],
+    )
+    if not objects:
         raise FormatError(f"no object matches {text!r}")
-    return [_object_url(text, url, name) for name in names]
+    return [
+        (_object_url(text, url, o["path"]), {"size": int(o["size"]), "etag": o.get("e_tag") or None})
+        for o in objects
+    ]
 
 
 def _object_url(text: str, url: ParsedURL, key: str) -> str:
@@ -121,20 +180,32 @@ def _parse(text: str) -> ParsedURL:
         raise FormatError(f"cannot virtualize {text!r}: {exc}") from None
 
 
-def source_file(source: str | os.PathLike[str]) -> SourceFile:
+def source_file(
+    source: str | os.PathLike[str],
+    *,
+    size: int | None = None,
+    etag: str | None = None,
+    modified: str | None = None,
+    policy: RequestPolicy | None = None,
+) -> SourceFile:
+    """One source, made without a request. ``size``, ``etag`` and ``modified`` (what a listing, or the
+    process that read it first, knows of a remote source) make its reads conditional from the first."""
     text = os.fspath(source)
     if isinstance(source, os.PathLike) or "://" not in text:
         return LocalFile(os.path.realpath(text), text)
     if text.startswith("file://"):
         return LocalFile(normalize(text, None)[len("file://") :], text)
     if _is_http(text):
-        return HttpFile(text)
-    url = _parse(text)
-    if not url.on_s3 or not url.path or url.path.endswith("/"):
-        raise FormatError(
-            f"cannot virtualize {text!r}: sources must be local files, S3 objects or http(s) URLs"
-        )
-    return ObjectFile(url)
+        file: RemoteFile = HttpFile(text, policy)
+    else:
+        url = _parse(text)
+        if not url.on_s3 or not url.path or url.path.endswith("/"):
+            raise FormatError(
+                f"cannot virtualize {text!r}: sources must be local files, S3 objects or http(s) URLs"
+            )
+        file = ObjectFile(url, policy=policy)
+    file.adopt({"size": size, "etag": etag, "modified": modified})
+    return file
 
 
 def grants(allow: Sequence[str], files: list[SourceFile]) -> list[str | Container]:
@@ -171,7 +242,7 @@ class SourceFile:
     name: str  # in messages and refusals: the real path, or s3://bucket/key
     url: str  # in references: file:///real/path or s3://bucket/key
     shown: str  # as the user gave it
-    size: int
+    size: int  # a remote source's: known after its first read (asking for it makes that read)
     error: Exception | None = None  # why a read through h5py failed (h5py reports only an OSError)
 
     def open(self, h5py):
@@ -201,33 +272,57 @@ class SourceFile:
         raise NotImplementedError
 
     def recorded(self) -> dict:
-        """What the manifest records to recognise a changed source."""
+        """What the manifest records to recognise a changed source (size and modification time, or size
+        and ETag)."""
         raise NotImplementedError
 
     def check_unchanged(self) -> None:
         """StorageError if the source changed while it was read."""
+
+    def known(self) -> dict:
+        """What was learnt of the source by reading it (a remote one's size, ETag, modification time), for
+        a copy of it in another process: :meth:`adopt`."""
+        return {}
+
+    def adopt(self, known: dict) -> None:
+        """Take what another copy of this source learnt (:meth:`known`); StorageError if it contradicts
+        what this one knows (the source changed between their reads)."""
+
+    def release(self) -> None:
+        """Parsing is done: let go of the descriptor and of most bytes held (a later read takes them
+        again, checked to be of the same version)."""
+        self.close()
 
     def close(self) -> None:
         pass
 
 
 class LocalFile(SourceFile):
-    """A local file, held open from the start: every read is one positional read of the same file."""
+    """A local file: its size and modification time from one ``stat``, opened when first read (checked
+    to be that file still) and held open until :meth:`release` or :meth:`close`; at most
+    :data:`OPEN_FILES` local sources are open at once, the least recently read closed first."""
 
     def __init__(self, path: str, shown: str) -> None:
         self.name = path
         self.url = normalize(path, None, links=False)  # ``path`` is real already: links resolved
         self.shown = shown
         try:
-            self.fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            info = os.stat(path)
         except OSError as exc:
             raise StorageError(f"cannot read the source {shown!r}: {exc.strerror or exc}") from exc
-        info = os.fstat(self.fd)
         if not stat.S_ISREG(info.st_mode):
-            os.close(self.fd)
             raise FormatError(f"the source {shown!r} is not a regular file")
         self.size = info.st_size
         self.stat = (info.st_size, info.st_mtime_ns)
+        self.fd = -1
+        self._users = 0  # reads in progress on ``fd`` (it is never closed under one)
+
+    def __getstate__(self) -> dict:
+        return {key: value for key, value in self.__dict__.items() if key not in ("fd", "_users")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.fd, self._users = -1, 0
 
     def open(self, h5py):
         try:
@@ -236,10 +331,58 @@ class LocalFile(SourceFile):
             raise FormatError(f"cannot open {self.name!r} as netCDF-4/HDF5: {exc}") from exc
 
     def read(self, offset: int, length: int) -> bytes:
+        with self._descriptor() as fd:
+            try:
+                return byteranges.read_exact(fd, length, offset, self.name)
+            except OSError as exc:
+                if isinstance(exc, NCZError):
+                    raise
+                raise StorageError(f"cannot read {length} bytes at {offset} of {self.name}: {exc}") from exc
+
+    def read_head(self, offset: int, length: int) -> bytes:
+        return self.read(offset, max(0, min(length, self.size - offset)))
+
+    @contextlib.contextmanager
+    def _descriptor(self):
+        with _OPEN.lock:
+            if self.fd >= 0:
+                self._users += 1
+                _OPEN.files.move_to_end(id(self))
+                fd = self.fd
+            else:
+                fd = -1
+        if fd < 0:
+            fd = self._open()
+            with _OPEN.lock:
+                if self.fd >= 0:  # another thread opened it meanwhile
+                    os.close(fd)
+                    fd = self.fd
+                else:
+                    self.fd = fd
+                    _OPEN.files[id(self)] = self
+                self._users += 1
         try:
-            return byteranges.read_exact(self.fd, length, offset, self.name)
+            yield fd
+        finally:
+            with _OPEN.lock:
+                self._users -= 1
+                _OPEN.trim()
+
+    def _open(self) -> int:
+        try:
+            fd = os.open(self.name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            raise StorageError(f"cannot read {length} bytes at {offset} of {self.name}: {exc}") from exc
+            raise StorageError(f"cannot read the source {self.shown!r}: {exc.strerror or exc}") from exc
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or (info.st_size, info.st_mtime_ns) != self.stat:
+                raise StorageError(
+                    f"the source {self.name} changed while it was being virtualized; run again"
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
 
     def grant(self) -> str:
         return os.path.dirname(self.name) + "/"
@@ -253,152 +396,429 @@ class LocalFile(SourceFile):
             raise StorageError(f"the source {self.name} changed while it was being virtualized; run again")
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        with _OPEN.lock:
+            if self.fd >= 0 and self._users == 0:
+                _OPEN.files.pop(id(self), None)
+                os.close(self.fd)
+                self.fd = -1
+
+
+class _OpenFiles:
+    """The local sources holding a descriptor, least recently read first (at most :data:`OPEN_FILES`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: OrderedDict[int, LocalFile] = OrderedDict()
+        self.limit: int | None = None  # found at the first need: the descriptor limit may be lowered first
+
+    def trim(self) -> None:
+        """Close the least recently read idle files over the limit (called holding ``lock``)."""
+        if len(self.files) <= 2:
+            return
+        if self.limit is None:
+            self.limit = min(OPEN_FILES, _descriptor_share())
+        limit = self.limit
+        if len(self.files) <= limit:
+            return
+        for key, file in list(self.files.items()):
+            if len(self.files) <= limit:
+                break
+            if file._users == 0:
+                del self.files[key]
+                os.close(file.fd)
+                file.fd = -1
+
+
+_OPEN = _OpenFiles()
+
+
+def _descriptor_share() -> int:
+    """A quarter of the process's descriptor limit (the rest for h5py, sockets, the manifest...)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):
+        return OPEN_FILES
+    return OPEN_FILES if soft == resource.RLIM_INFINITY else max(2, soft // 4)
 
 
 class RemoteFile(SourceFile):
-    """A remote object read through a :class:`RangeReader` (blocks cached); subclasses ``get`` ranges."""
+    """A remote object: its first read fetches :data:`FIRST_BLOCK` bytes from its start and learns its
+    size and validators; what is fetched is kept (:class:`_Extents`) and reads inside it make no request.
+    Subclasses ``_get`` ranges (up to the end of the object, learning and checking its size)."""
 
-    reader: RangeReader
+    def __init__(self, policy: RequestPolicy | None) -> None:
+        self.policy = policy or DEFAULT_POLICY
+        self._size: int | None = None
+        self.etag: str | None = None
+        self.modified: str | None = None
+        self._setup()
 
+    def _setup(self) -> None:
+        self._lock = threading.RLock()
+        self._held = _Extents()
+        self._first = threading.Lock()  # one first read at a time
+        self.started = False  # the first read was made
+        self.released = False  # parsed: only the first block is kept
+        self.requests = 0  # GETs made (retries not counted)
+        self.fetched = 0  # bytes they brought
+        self._reader: RangeReader | None = None
+
+    def __getstate__(self) -> dict:
+        drop = ("_lock", "_held", "_first", "_reader", "started", "released", "requests", "fetched")
+        return {key: value for key, value in self.__dict__.items() if key not in drop}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._setup()
+
+    # ---------------------------------------------------------------------------- what is known
     @property
-    def error(self) -> Exception | None:
-        return self.reader.error
+    def size(self) -> int:
+        if self._size is None:
+            self._start()
+        return self._size
 
-    def open(self, h5py):
-        self.reader.seek(0)
-        try:
-            return h5py.File(self.reader, "r")
-        except OSError as exc:
-            if self.reader.error is not None:
-                raise self.reader.error from None
-            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
+    def known(self) -> dict:
+        found = {"size": self._size, "etag": self.etag, "modified": self.modified}
+        return {key: value for key, value in found.items() if value is not None}
 
-    def read(self, offset: int, length: int) -> bytes:
-        data = self.reader.pread(offset, length)
-        if len(data) != length:
-            raise StorageError(f"{self.name} ends before byte {offset + length}: it changed")
-        return data
+    def adopt(self, known: dict) -> None:
+        changes = []
+        with self._lock:
+            for name, attribute in (("size", "_size"), ("etag", "etag"), ("modified", "modified")):
+                value = known.get(name)
+                if value is None:
+                    continue
+                mine = getattr(self, attribute)
+                if mine is None:
+                    setattr(self, attribute, value)
+                elif mine != value and name != "modified":
+                    changes.append(f"{name} {mine} -> {value}")
+        if changes:
+            raise self._changed(", ".join(changes))
 
-    def cached(self, offset: int, length: int) -> bytes | None:
-        return self.reader.cached(offset, length)
-
-    def get(self, start: int, end: int) -> bytes:
-        raise NotImplementedError
-
-
-class ObjectFile(RemoteFile):
-    """An S3 object: one HEAD (size, ETag), then ranged GETs conditional on that ETag."""
-
-    def __init__(self, url: ParsedURL) -> None:
-        import obstore
-
-        self.bucket, self.key = url.bucket, url.path
-        self.url = self.name = normalize(f"s3://{url.bucket}/{url.path}", None)
-        self.shown = url.original
-        options = {"endpoint": url.endpoint, "region": url.region, "profile": url.profile}
-        self.options = {k: v for k, v in options.items() if v}
-        self.store = byteranges.s3_store(
-            self.bucket, endpoint=url.endpoint, region=url.region, profile=url.profile
+    def _changed(self, why: str) -> StorageError:
+        return StorageError(
+            f"the source {self.name} changed while it was being virtualized ({why}); run again"
         )
-        try:
-            meta = obstore.head(self.store, self.key)
-        except Exception as exc:
-            error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
-            raise error or StorageError(f"the source {self.name} does not exist") from exc
-        self.size = int(meta["size"])
-        self.etag = meta.get("e_tag")
-        self.reader = RangeReader(self)
 
-    def grant(self) -> Container:
-        folder = posixpath.dirname(self.key)
-        return Container(f"s3://{self.bucket}/{folder}/" if folder else f"s3://{self.bucket}/", self.options)
-
-    def recorded(self) -> dict:
-        found = {"size": self.size}
-        if self.etag:
-            found["etag"] = self.etag
-        return found
-
-    def get(self, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` in one GET, refused (StorageError) if the object is no longer the one
-        first seen."""
-        import obstore
-        from obstore.exceptions import PreconditionError
-
-        options: dict = {"range": (start, end)}
-        if self.etag:
-            options["if_match"] = self.etag
-        try:
-            data = bytes(obstore.get(self.store, self.key, options=options).bytes())
-        except PreconditionError:
-            raise StorageError(
-                f"the source {self.name} changed while it was being virtualized (its ETag is no longer "
-                f"{self.etag}); run again"
-            ) from None
-        except Exception as exc:
-            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
-            raise error or StorageError(f"the source {self.name} disappeared while it was read") from exc
-        if len(data) != end - start:
-            raise StorageError(f"{self.name} is shorter than the {self.size} bytes it had: it changed")
-        return data
-
-    def close(self) -> None:
-        self.reader.close()
-
-
-class HttpFile(RemoteFile):
-    """A file on a web server: one HEAD (size, ETag), then range GETs (no redirect is followed:
-    :mod:`nczmap.zmap.http`). References name its canonical URL."""
-
-    def __init__(self, text: str) -> None:
-        from nczmap.zmap.http import HttpReader
-
-        self.url = self.name = normalize(text, None)  # AccessDenied for metadata hosts and the like
-        self.shown = text
-        self.http = HttpReader(self.url)
-        try:
-            head = self.http.head()
-        except BaseException:
-            self.http.close()
-            raise
-        self.size, self.etag = head.size, head.etag
-        self.reader = RangeReader(self)
-
-    def get(self, start: int, end: int) -> bytes:
-        return self.http.read(start, end - start)
-
-    def grant(self) -> str:
-        return self.url.rsplit("/", 1)[0] + "/"
+    def grant(self) -> str | Container:
+        raise NotImplementedError
 
     def recorded(self) -> dict:
         return {"size": self.size, **({"etag": self.etag} if self.etag else {})}
 
     def check_unchanged(self) -> None:
-        head = self.http.head()
-        if (head.size, head.etag) != (self.size, self.etag):
-            raise StorageError(f"the source {self.name} changed while it was being virtualized; run again")
+        """No request: nothing more to check. Every read after the first was conditional on the ETag (or,
+        without one, the modification time) the first answer gave, and each answer's size was compared
+        with the first one's, so every byte the parse used is of the version :meth:`recorded` describes;
+        a change after the last read is caught by whoever reads through the manifest, which compares the
+        recorded ETag and size (or Icechunk's checksum) before reading. A HEAD here would only move the
+        moment of that check, at the cost of a request a file."""
+
+    # ---------------------------------------------------------------------------- reads
+    @property
+    def reader(self) -> RangeReader:
+        if self._reader is None:
+            self._reader = RangeReader(self)
+        return self._reader
+
+    @property
+    def error(self) -> Exception | None:
+        return None if self._reader is None else self._reader.error
+
+    def open(self, h5py):
+        reader = RangeReader(self)
+        self._reader = reader
+        try:
+            return h5py.File(reader, "r")
+        except OSError as exc:
+            if reader.error is not None:
+                raise reader.error from None
+            raise FormatError(f"cannot open {self.name} as netCDF-4/HDF5: {exc}") from exc
+
+    def read(self, offset: int, length: int) -> bytes:
+        data = self.take([(offset, length)], READ_AHEAD)[0]
+        if len(data) != length:
+            raise StorageError(f"{self.name} ends before byte {offset + length} (it holds {self.size})")
+        return data
+
+    def read_head(self, offset: int, length: int) -> bytes:
+        return self.take([(offset, length)], READ_AHEAD)[0]
+
+    def read_ranges(self, ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+        found = self.take(ranges, 0)
+        for (offset, length), data in zip(ranges, found, strict=True):
+            if len(data) != length:
+                raise StorageError(f"{self.name} ends before byte {offset + length} (it holds {self.size})")
+        return found
+
+    def cached(self, offset: int, length: int) -> bytes | None:
+        if self._size is None:
+            return None
+        end = min(offset + max(0, length), self._size)
+        if offset >= end:
+            return b""
+        with self._lock:
+            return self._held.get(offset, end)
+
+    def take(self, ranges: Sequence[tuple[int, int]], ahead: int) -> list[bytes]:
+        """Up to ``length`` bytes at each ``offset`` (fewer at the end): what is held, the rest fetched
+        (spans closer than :data:`RANGES_GAP` merged, each at least ``ahead`` long, concurrently)."""
+        if not self.started:  # with what the ranges near the start need, in the same request
+            self._start(max((o + n for o, n in ranges if n > 0 and o <= FIRST_BLOCK), default=0))
+        size = self._size
+        clipped = [(offset, min(offset + max(0, length), size)) for offset, length in ranges]
+        with self._lock:
+            missing = [gap for start, end in clipped if start < end for gap in self._held.missing(start, end)]
+        fetched: dict[int, bytes] = {}
+        if missing:
+            spans = byteranges.merge_ranges([(a, b - a) for a, b in missing], RANGES_GAP)
+            wanted = [(span.start, min(size, max(span.end, span.start + ahead))) for span in spans]
+            datas = byteranges.run_concurrently(
+                [lambda s=start, e=end: self._fetch(s, e) for start, end in wanted], SPANS_IN_FLIGHT
+            )
+            fetched = dict(zip([start for start, _ in wanted], datas, strict=True))
+        with self._lock:
+            for start, data in fetched.items():
+                self._held.add(start, data)
+            found = [self._held.get(start, end) if start < end else b"" for start, end in clipped]
+            if any(data is None for data in found):  # pushed out again by another thread: from what came
+                local = _Extents()
+                for start, data in fetched.items():
+                    local.add(start, data)
+                found = [
+                    data if data is not None else local.get(start, end) or self._held.get(start, end)
+                    for data, (start, end) in zip(found, clipped, strict=True)
+                ]
+            self._held.trim(RELEASED_BYTES if self.released else HELD_BYTES)
+            kept = self._held.total
+        if self.released and fetched:
+            _KEPT.keep(self, kept)
+        if any(data is None for data in found):
+            raise StorageError(f"{self.name}: bytes fetched were dropped before they were used; run again")
+        return found
+
+    def _start(self, needed: int = 0) -> None:
+        """The first read: :data:`FIRST_BLOCK` bytes from the start in one request (more if the read that
+        triggers it needs more), which also tells the size when it is not known."""
+        with self._first:
+            if self.started:
+                return
+            length = max(FIRST_BLOCK, needed)
+            if self._size is not None:
+                length = min(length, self._size)
+            data = self._fetch(0, length) if length or self._size is None else b""
+            with self._lock:
+                self._held.add(0, data)
+                self.started = True
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` or up to the object's end, in one GET (counted); ``_size`` learnt."""
+        data = self._get(start, end)
+        with self._lock:
+            self.requests += 1
+            self.fetched += len(data)
+        return data
+
+    def _get(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Parsing is done: keep the first block and the most recently used of the other bytes fetched,
+        :data:`RELEASED_BYTES` in all (what writing may want again: small variables' values, small
+        chunks), and that only while all parsed sources keep less than :data:`KEPT_BYTES`; anything read
+        later is fetched again, conditionally."""
+        with self._lock:
+            self._held.trim(RELEASED_BYTES)
+            self.released = True
+            kept = self._held.total
+        _KEPT.keep(self, kept)
+
+    def drop(self) -> None:
+        with self._lock:
+            self._held = _Extents()
+            self._reader = None
 
     def close(self) -> None:
-        self.reader.close()
-        self.http.close()
+        self.drop()
+        _KEPT.forget(self)
+
+
+class _Kept:
+    """The bytes released remote sources keep, together at most :data:`KEPT_BYTES` (oldest dropped)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.files: OrderedDict[int, tuple[RemoteFile, int]] = OrderedDict()
+        self.total = 0
+
+    def keep(self, file: RemoteFile, count: int) -> None:
+        dropped = []
+        with self.lock:
+            old = self.files.pop(id(file), None)
+            self.total -= old[1] if old else 0
+            self.files[id(file)] = (file, count)
+            self.total += count
+            while self.total > KEPT_BYTES and len(self.files) > 1:
+                _, (other, held) = self.files.popitem(last=False)
+                self.total -= held
+                dropped.append(other)
+        for other in dropped:
+            other.drop()
+
+    def forget(self, file: RemoteFile) -> None:
+        with self.lock:
+            old = self.files.pop(id(file), None)
+            self.total -= old[1] if old else 0
+
+
+_KEPT = _Kept()
+
+
+class ObjectFile(RemoteFile):
+    """An S3 object: ranged GETs, the first one telling its size and ETag (no HEAD) unless a listing did
+    (``size``, ``etag``), every one conditional on the ETag once known (``If-Match``)."""
+
+    def __init__(
+        self,
+        url: ParsedURL,
+        size: int | None = None,
+        etag: str | None = None,
+        policy: RequestPolicy | None = None,
+    ) -> None:
+        self.bucket, self.key = url.bucket, url.path
+        self.url = self.name = normalize(f"s3://{url.bucket}/{url.path}", None)
+        self.shown = url.original
+        self.options = _options(url)
+        super().__init__(policy)
+        self.adopt({"size": size, "etag": etag})
+
+    @property
+    def store(self):
+        return _store(self.bucket, self.options, self.policy)
+
+    def grant(self) -> Container:
+        folder = posixpath.dirname(self.key)
+        return Container(f"s3://{self.bucket}/{folder}/" if folder else f"s3://{self.bucket}/", self.options)
+
+    def _get(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (fewer at the end of the object) in one GET, refused (StorageError) if
+        the object is no longer the one first seen."""
+        import obstore
+        from obstore.exceptions import PreconditionError
+
+        if self._size is not None:
+            end = min(end, self._size)
+            if start >= end:
+                return b""
+        options: dict = {"range": (start, end)}
+        if self.etag:
+            options["if_match"] = self.etag
+        try:
+            result = obstore.get(self.store, self.key, options=options)
+            meta = result.meta
+            self.adopt({"size": int(meta["size"]), "etag": meta.get("e_tag") or None})
+            data = bytes(result.bytes())
+        except PreconditionError:
+            raise self._changed(f"its ETag is no longer {self.etag}") from None
+        except NCZError:
+            raise
+        except Exception as exc:
+            if byteranges.starts_past_end(exc):
+                return self._past_end(start)
+            error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+            raise error or StorageError(f"the source {self.name} does not exist") from exc
+        if len(data) != min(end, self._size) - start:
+            raise self._changed(
+                f"{len(data)} bytes at {start} where {min(end, self._size) - start} were asked"
+            )
+        return data
+
+    def _past_end(self, start: int) -> bytes:
+        """A range past the end (an empty object's first read): its size from a HEAD, then nothing."""
+        import obstore
+
+        if self._size is None:
+            try:
+                meta = obstore.head(self.store, self.key)
+            except Exception as exc:
+                error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
+                raise error or StorageError(f"the source {self.name} does not exist") from exc
+            self.adopt({"size": int(meta["size"]), "etag": meta.get("e_tag") or None})
+        if start < self._size:
+            raise self._changed(f"a range at {start} of its {self._size} bytes was refused")
+        return b""
+
+
+class HttpFile(RemoteFile):
+    """A file on a web server: ranged GETs (:meth:`nczmap.zmap.http.HttpReader.fetch`), the first one
+    telling its size, ETag and ``Last-Modified`` (no HEAD), the next ones conditional on them; no redirect
+    is followed (:mod:`nczmap.zmap.http`). References name its canonical URL."""
+
+    def __init__(self, text: str, policy: RequestPolicy | None = None) -> None:
+        self.url = self.name = normalize(text, None)  # AccessDenied for metadata hosts and the like
+        self.shown = text
+        super().__init__(policy)
+
+    @property
+    def http(self):
+        from nczmap.zmap.http import HttpReader
+
+        with self._lock:
+            reader = self.__dict__.get("_http")
+            if reader is None:
+                reader = self.__dict__["_http"] = HttpReader(self.url, policy=self.policy)
+            return reader
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_http", None)
+        return state
+
+    def _get(self, start: int, end: int) -> bytes:
+        from nczmap.zmap.http import SourceChanged
+
+        if self._size is not None:
+            end = min(end, self._size)
+            if start >= end:
+                return b""
+        reader = self.http
+        with self._lock:
+            reader.size = self._size if reader.size is None else reader.size
+            reader.etag = self.etag if reader.etag is None else reader.etag
+            reader.modified = self.modified if reader.modified is None else reader.modified
+        try:
+            data = reader.fetch(start, end - start)
+        except SourceChanged as exc:
+            raise self._changed(str(exc)) from None
+        self.adopt({"size": reader.size, "etag": reader.etag, "modified": reader.modified})
+        return data
+
+    def grant(self) -> str:
+        return self.url.rsplit("/", 1)[0] + "/"
 
 
 class RangeReader(io.RawIOBase):
-    """A read-only, seekable file over an S3 object for h5py: aligned blocks of :data:`BLOCK` bytes, the
-    missing ones of a read fetched in one GET, the last :data:`CACHED_BLOCKS` kept; reads larger than half
-    the cache go straight through. ``requests`` counts the GETs."""
+    """A read-only, seekable file over a remote source for h5py: reads through the source's held bytes
+    (each miss fetched with :data:`READ_AHEAD`); ``error`` keeps why a read failed (h5py turns any
+    exception into its own OSError)."""
 
     def __init__(self, source: RemoteFile) -> None:
         super().__init__()
         self.source = source
-        self.size = source.size
         self.position = 0
-        self.requests = 0
         self.error: Exception | None = None
-        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    @property
+    def requests(self) -> int:
+        return self.source.requests
 
     def readable(self) -> bool:
         return True
@@ -419,51 +839,128 @@ class RangeReader(io.RawIOBase):
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
         try:
-            data = self.pread(self.position, len(view))
+            data = self.source.read_head(self.position, len(view))
         except Exception as exc:
-            self.error = exc  # h5py turns any exception into its own OSError
+            self.error = exc
             raise
         view[: len(data)] = data
         self.position += len(data)
         return len(data)
 
     def pread(self, offset: int, length: int) -> bytes:
-        end = min(offset + length, self.size)
-        if offset >= end:
-            return b""
-        first, last = offset // BLOCK, (end - 1) // BLOCK
-        if last - first >= CACHED_BLOCKS // 2:
-            return self._get(offset, end)
-        missing = [n for n in range(first, last + 1) if n not in self._blocks]
-        if missing:
-            start = missing[0] * BLOCK
-            data = self._get(start, min((missing[-1] + 1) * BLOCK, self.size))
-            for n in range(missing[0], missing[-1] + 1):
-                self._blocks[n] = data[(n - missing[0]) * BLOCK : (n - missing[0] + 1) * BLOCK]
-        parts = []
-        for n in range(first, last + 1):
-            self._blocks.move_to_end(n)
-            parts.append(self._blocks[n])
-        while len(self._blocks) > CACHED_BLOCKS:
-            self._blocks.popitem(last=False)
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        return data[offset - first * BLOCK : end - first * BLOCK]
+        return self.source.read_head(offset, length)
 
     def cached(self, offset: int, length: int) -> bytes | None:
-        """The bytes at ``offset`` if every block they lie in is held, else None (no request)."""
-        end = min(offset + length, self.size)
-        if offset >= end:
-            return b""
-        first, last = offset // BLOCK, (end - 1) // BLOCK
-        if any(n not in self._blocks for n in range(first, last + 1)):
+        return self.source.cached(offset, length)
+
+
+class _Extents:
+    """Byte extents of one object: sorted, non-overlapping, each used one kept in order of use."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.datas: dict[int, bytes] = {}
+        self.used: OrderedDict[int, None] = OrderedDict()
+        self.total = 0
+
+    def missing(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of ``[start, end)`` not held."""
+        gaps, at = [], start
+        index = max(0, bisect.bisect_right(self.starts, start) - 1)
+        while at < end and index < len(self.starts):
+            first = self.starts[index]
+            last = first + len(self.datas[first])
+            if last <= at:
+                index += 1
+                continue
+            if first >= end:
+                break
+            if first > at:
+                gaps.append((at, first))
+            at = max(at, last)
+            index += 1
+        if at < end:
+            gaps.append((at, end))
+        return gaps
+
+    def add(self, start: int, data: bytes) -> None:
+        """Hold ``data`` at ``start`` (only its parts not held already)."""
+        for first, last in self.missing(start, start + len(data)):
+            piece = (
+                data if (first, last) == (start, start + len(data)) else data[first - start : last - start]
+            )
+            bisect.insort(self.starts, first)
+            self.datas[first] = piece
+            self.used[first] = None
+            self.total += len(piece)
+
+    def get(self, start: int, end: int) -> bytes | None:
+        """Bytes ``[start, end)`` if every one is held, else None."""
+        index = bisect.bisect_right(self.starts, start) - 1
+        if index < 0:
             return None
-        data = b"".join(self._blocks[n] for n in range(first, last + 1))
-        return data[offset - first * BLOCK : end - first * BLOCK]
+        parts, at = [], start
+        while at < end:
+            if index >= len(self.starts):
+                return None
+            first = self.starts[index]
+            data = self.datas[first]
+            if not first <= at < first + len(data):
+                return None
+            parts.append(data[at - first : min(end, first + len(data)) - first])
+            self.used.move_to_end(first)
+            at = first + len(data)
+            index += 1
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def _get(self, start: int, end: int) -> bytes:
-        self.requests += 1
-        return self.source.get(start, end)
+    def trim(self, limit: int) -> None:
+        """Drop the least recently used extents (never the one at 0) until at most ``limit`` bytes."""
+        for start in list(self.used):
+            if self.total <= limit:
+                return
+            if start:
+                self._remove(start)
 
-    def close(self) -> None:
-        self._blocks.clear()
-        super().close()
+    def _remove(self, start: int) -> None:
+        self.total -= len(self.datas.pop(start))
+        del self.used[start]
+        self.starts.pop(bisect.bisect_left(self.starts, start))
+
+
+# ------------------------------------------------------------------------------------------ S3 stores
+def _options(url: ParsedURL) -> dict[str, str]:
+    options = {"endpoint": url.endpoint, "region": url.region, "profile": url.profile}
+    return {k: v for k, v in options.items() if v}
+
+
+_stores: dict[tuple, object] = {}
+_stores_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """Locks another thread of the parent may have held at the fork, made again in the child."""
+    global _stores_lock
+    _OPEN.lock = threading.Lock()
+    _KEPT.lock = threading.Lock()
+    _stores_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _store(bucket: str, options: dict, policy: RequestPolicy):
+    """One obstore store per bucket, endpoint options and policy, shared by every source of the process
+    (its connections are reused across objects and threads)."""
+    key = (bucket, tuple(sorted(options.items())), policy, os.getpid())
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            store = _stores[key] = byteranges.s3_store(
+                bucket,
+                endpoint=options.get("endpoint"),
+                region=options.get("region"),
+                profile=options.get("profile"),
+                policy=policy,
+            )
+        return store
