@@ -9,20 +9,28 @@ chunks (HDF5 filters become the numcodecs chain that decodes the same bytes: def
 be referenced (filters numcodecs cannot undo, chunks whose filter mask skips a filter, virtual or external
 storage) are read as values, to be stored in the manifest. User-defined types (compound, enum, opaque,
 vlen) are refused: NCZarr cannot hold them.
+
+A local file is read by h5py directly. A remote one is parsed in rounds (:mod:`.hdf5_prefetch`): h5py
+reads only bytes already held, a part of the walk that misses bytes is passed over (``_Tolerant``) so
+that one round finds every range missing at its level, those are fetched together with h5py's
+process-wide lock released, and the walk starts again; the first round that misses nothing gives the
+model, exactly as the direct parse would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable
 
 import numpy as np
 
-from nczmap.errors import FormatError
+from nczmap.errors import FormatError, NCZError
 from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
 from nczmap.integrations.copy import HDF5_SIGNATURE
+from nczmap.integrations.virtualize.hdf5_prefetch import Exhausted, HeldFile, Rounds
 from nczmap.integrations.virtualize.parsed import (
     Constant,
     NotVirtualizable,
@@ -34,7 +42,7 @@ from nczmap.integrations.virtualize.parsed import (
     native_dtype,
     source_layout,
 )
-from nczmap.integrations.virtualize.sources import SourceFile
+from nczmap.integrations.virtualize.sources import LocalFile, SourceFile
 
 # Attributes netCDF-C keeps for itself (never visible through the netCDF API).
 HIDDEN_ATTRIBUTES = frozenset(
@@ -70,7 +78,13 @@ EAGER_BYTES = 64 << 10  # variables this small have their values read while pars
 def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
     """The netCDF model of a netCDF-4/HDF5 file. h5py's handle is closed before returning (many open
     HDF5 files make every close slower): small variables' values are read now, larger ones by opening
-    the file again if they are loaded."""
+    the file again if they are loaded. A remote file is parsed in rounds (:func:`parse_remote`)."""
+    if isinstance(file, LocalFile):
+        return parse_direct(file, options)
+    return parse_remote(file, options)
+
+
+def _h5py():
     try:
         import h5py
     except ImportError as exc:
@@ -79,21 +93,155 @@ def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
         raise DriverNotAvailable(
             "virtualizing netCDF-4/HDF5 files needs h5py: pip install 'nczmap[virtual]'"
         ) from exc
-    opener = _Opener(file, h5py)
+    return h5py
+
+
+def parse_direct(file: SourceFile, options: ParseOptions) -> ParsedFile:
+    """The model read through h5py reading the source itself (a local file: no read waits long)."""
+    opener = _Opener(file, _h5py())
     try:
-        parsed = _read_tree(opener, file)
-        _read_small_values(parsed)
+        parsed = _read_tree(opener, file, _STRICT)
+        _read_small_values(parsed, _STRICT)
+    except H5PY_ERRORS as exc:
+        _raise_failure(file, exc)
     finally:
         opener.close()
     parsed.closers.append(opener.close)
     return parsed
 
 
-class _Opener:
-    """The HDF5 file through h5py, opened when needed (again, after ``close``)."""
+def parse_remote(file: SourceFile, options: ParseOptions, rounds: Rounds | None = None) -> ParsedFile:
+    """The model read in rounds (:mod:`.hdf5_prefetch`): h5py reads only bytes already held, every range
+    a round misses is fetched at once with h5py's lock released, and the file parsed again, until a
+    round misses nothing; past the rounds' bounds, read as :func:`parse_direct` does."""
+    h5py = _h5py()
+    rounds = rounds or Rounds(file)
 
-    def __init__(self, file: SourceFile, h5py) -> None:
-        self.file, self.h5py = file, h5py
+    def attempt(fileobj: HeldFile) -> ParsedFile:
+        opener = _Opener(file, h5py, fileobj)
+        tolerant = _Tolerant(fileobj)
+        try:
+            parsed = _read_tree(opener, file, tolerant)
+            _read_small_values(parsed, tolerant)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the round's own failure is what matters
+                opener.close()
+            raise
+        opener.close()
+        opener.fileobj = None  # values read later come through the source itself
+        parsed.closers.append(opener.close)
+        return parsed
+
+    try:
+        return rounds.run(attempt, ParsedFile.close, functools.partial(_probe, h5py))
+    except Exhausted:
+        return parse_direct(file, options)
+    except H5PY_ERRORS as exc:
+        _raise_failure(file, exc)
+
+
+def _probe(h5py, fileobj: HeldFile) -> None:
+    """The first rounds of a remote parse: the walk most of a parse's reads depend on (groups, objects,
+    attribute lists, chunk indexes), the bytes of small variables' values asked for (``want``), no
+    model built (through h5py's low-level API: a third of a parse's time), so that a file's missing
+    metadata is found before its first full parse. Whatever fails is passed over (what it missed is
+    recorded)."""
+    with h5py.File(fileobj, "r") as root:
+        _probe_group(h5py, root.id, fileobj)
+
+
+def _probe_attributes(h5py, item) -> None:
+    """Attribute lists (dense ones are in heaps elsewhere) and the values of variable-length ones (in
+    the global heap, wherever it was written)."""
+    names: list[bytes] = []
+    with contextlib.suppress(Exception):
+        h5py.h5a.iterate(item, names.append)
+    for name in names:
+        with contextlib.suppress(Exception):
+            attribute = h5py.h5a.open(item, name)
+            kind = attribute.get_type()
+            if kind.get_class() == h5py.h5t.VLEN or (
+                kind.get_class() == h5py.h5t.STRING and kind.is_variable_str()
+            ):
+                attribute.read(np.empty(attribute.shape, dtype=attribute.dtype))
+
+
+def _probe_group(h5py, group, fileobj: HeldFile) -> None:
+    names: list[bytes] = []
+    _probe_attributes(h5py, group)
+    with contextlib.suppress(Exception):
+        group.links.iterate(names.append)
+    for name in names:
+        with contextlib.suppress(Exception):
+            if group.links.get_info(name).type != h5py.h5l.TYPE_HARD:
+                continue
+            item = h5py.h5o.open(group, name)
+            if isinstance(item, h5py.h5g.GroupID):
+                _probe_group(h5py, item, fileobj)
+            elif isinstance(item, h5py.h5d.DatasetID):
+                _probe_dataset(h5py, item, fileobj)
+
+
+def _probe_dataset(h5py, dataset, fileobj: HeldFile) -> None:
+    _probe_attributes(h5py, dataset)
+    layout = dataset.get_create_plist().get_layout()
+    shape = dataset.shape or ()
+    small = math.prod(shape) * dataset.dtype.itemsize <= EAGER_BYTES  # read while parsing
+    if layout == h5py.h5d.CONTIGUOUS and small:
+        offset = dataset.get_offset()
+        if offset is not None:
+            fileobj.want(offset, dataset.get_storage_size())
+    elif layout == h5py.h5d.CHUNKED and 0 not in shape:
+
+        def visit(info) -> None:  # a small variable's chunks, unless one is large (HDF5 reads a part)
+            if small and info.size <= EAGER_BYTES:
+                fileobj.want(info.byte_offset, info.size)
+
+        if hasattr(dataset, "chunk_iter"):
+            dataset.chunk_iter(visit)
+        else:  # HDF5 before 1.12.3: the index read through its count, chunk by chunk if small
+            count = dataset.get_num_chunks()
+            for index in range(count if small else 0):
+                visit(dataset.get_chunk_info(index))
+
+
+H5PY_ERRORS = (OSError, KeyError, RuntimeError, ValueError)  # what h5py raises for a file it cannot read
+
+
+def _raise_failure(file: SourceFile, exc: Exception):
+    """Raise what a failed parse raises: nczmap's own errors as they are, the source's read error behind
+    an h5py error, else a FormatError naming the file."""
+    if isinstance(exc, NCZError):
+        raise exc
+    if file.error is not None:
+        raise file.error from None
+    raise FormatError(f"cannot read {file.name} as netCDF-4/HDF5: {exc}") from exc
+
+
+class _Tolerant:
+    """In a round of a remote parse: once a read missed, a failing part (a group's attributes, a link,
+    a variable, a small variable's values) is passed over, so that the round finds what every other
+    part misses too; such a round is discarded. Without a miss, nothing is passed over."""
+
+    def __init__(self, fileobj: HeldFile | None) -> None:
+        self.fileobj = fileobj
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback) -> bool:
+        return self.fileobj is not None and isinstance(exc, Exception) and bool(self.fileobj.misses)
+
+
+_STRICT = _Tolerant(None)
+
+
+class _Opener:
+    """The HDF5 file through h5py, opened when needed (again, after ``close``): through ``fileobj``
+    while a round of a remote parse reads, else through the source."""
+
+    def __init__(self, file: SourceFile, h5py, fileobj: HeldFile | None = None) -> None:
+        self.file, self.h5py, self.fileobj = file, h5py, fileobj
         self.handle = None
 
     def __getstate__(self) -> dict:  # pickled (a parse sent from another process): not h5py's handle
@@ -102,11 +250,15 @@ class _Opener:
     def __setstate__(self, state: dict) -> None:
         import h5py
 
-        self.file, self.h5py, self.handle = state["file"], h5py, None
+        self.file, self.h5py, self.fileobj, self.handle = state["file"], h5py, None, None
 
     def root(self):
         if self.handle is None:
-            self.handle = self.file.open(self.h5py)
+            if self.fileobj is not None:
+                self.fileobj.seek(0)
+                self.handle = self.h5py.File(self.fileobj, "r")
+            else:
+                self.handle = self.file.open(self.h5py)
         return self.handle
 
     def values(self, name: str) -> np.ndarray:
@@ -114,22 +266,23 @@ class _Opener:
 
     def close(self) -> None:
         if self.handle is not None:
-            self.handle.close()
-            self.handle = None
+            handle, self.handle = self.handle, None
+            handle.close()
 
 
-def _read_small_values(parsed: ParsedFile) -> None:
+def _read_small_values(parsed: ParsedFile, tolerant: _Tolerant) -> None:
     for group in parsed.root.walk():
         for variable in group.variables.values():
             storage = variable.storages[0]
             nbytes = math.prod(storage.shape) * variable.layout.dtype.storage.itemsize
             if storage.values is not None and nbytes <= EAGER_BYTES:
-                storage.values = Constant(storage.values())
+                with tolerant:
+                    storage.values = Constant(storage.values())
 
 
-def _read_tree(opener: _Opener, file: SourceFile) -> ParsedFile:
+def _read_tree(opener: _Opener, file: SourceFile, tolerant: _Tolerant) -> ParsedFile:
     """The netCDF model of an HDF5 file, as netCDF-C presents it."""
-    reader = _TreeReader(file, opener)
+    reader = _TreeReader(file, opener, tolerant)
     root = Group("/", None)
     reader.read_group(opener.root()["/"], root)
     reader.resolve_variables(root)
@@ -138,9 +291,10 @@ def _read_tree(opener: _Opener, file: SourceFile) -> ParsedFile:
 
 
 class _TreeReader:
-    def __init__(self, file: SourceFile, opener: _Opener) -> None:
+    def __init__(self, file: SourceFile, opener: _Opener, tolerant: _Tolerant) -> None:
         self.file = file
         self.opener = opener
+        self.tolerant = tolerant
         self.source = file.name
         self.refused: list[Refusal] = []
         self.dims_by_path: dict[str, Dimension] = {}
@@ -150,31 +304,15 @@ class _TreeReader:
         self.dim_count = 0
 
     def read_group(self, h5group, group: Group) -> None:
-        import h5py
-
-        for attribute in self.attributes(h5group, group.path):
-            group.attrs.load({attribute.name: attribute})
+        with self.tolerant:
+            for attribute in self.attributes(h5group, group.path):
+                group.attrs.load({attribute.name: attribute})
         dims: list[tuple[int, Dimension]] = []
         datasets: list[tuple[str, object]] = []
         children: list[tuple[str, object]] = []
         for name in h5group:
-            link = h5group.get(name, getlink=True)
-            where = _join(group.path, name)
-            if not isinstance(link, h5py.HardLink):
-                self.refused.append(Refusal(where, f"it is an HDF5 {type(link).__name__}", self.source))
-                continue
-            item = h5group[name]
-            if isinstance(item, h5py.Group):
-                children.append((name, item))
-            elif isinstance(item, h5py.Dataset):
-                if h5py.h5ds.is_scale(item.id):
-                    dimension = self.dimension(item, name, group)
-                    if dimension is not None:
-                        dims.append((_int_attribute(item, "_Netcdf4Dimid"), dimension))
-                    if _dimension_only(item):
-                        continue
-                datasets.append((name.removeprefix(NON_COORD_PREFIX), item))
-            # committed datatypes are netCDF user-defined types: variables using them are refused
+            with self.tolerant:
+                self.read_link(h5group, name, group, dims, datasets, children)
         if dims and all(dimid is not None for dimid, _ in dims):
             dims.sort(key=lambda pair: pair[0])  # netCDF-C lists a group's dimensions by id
         for dimid, dimension in dims:
@@ -185,7 +323,29 @@ class _TreeReader:
         for name, item in children:
             child = Group(name, group)
             group.groups[name] = child
-            self.read_group(item, child)
+            with self.tolerant:
+                self.read_group(item, child)
+
+    def read_link(self, h5group, name: str, group: Group, dims: list, datasets: list, children: list) -> None:
+        import h5py
+
+        link = h5group.get(name, getlink=True)
+        where = _join(group.path, name)
+        if not isinstance(link, h5py.HardLink):
+            self.refused.append(Refusal(where, f"it is an HDF5 {type(link).__name__}", self.source))
+            return
+        item = h5group[name]
+        if isinstance(item, h5py.Group):
+            children.append((name, item))
+        elif isinstance(item, h5py.Dataset):
+            if h5py.h5ds.is_scale(item.id):
+                dimension = self.dimension(item, name, group)
+                if dimension is not None:
+                    dims.append((_int_attribute(item, "_Netcdf4Dimid"), dimension))
+                if _dimension_only(item):
+                    return
+            datasets.append((name.removeprefix(NON_COORD_PREFIX), item))
+        # committed datatypes are netCDF user-defined types: variables using them are refused
 
     def dimension(self, dataset, name: str, group: Group) -> Dimension | None:
         if not dataset.shape:
@@ -202,14 +362,15 @@ class _TreeReader:
         """Variables with their dimensions, child groups first (the order netCDF-C makes phony dims in)."""
         for child in group.groups.values():
             self.resolve_variables(child)
-        for name, dataset in self.pending.pop(id(group)):
+        for name, dataset in self.pending.pop(id(group), ()):
             where = _join(group.path, name)
-            try:
-                variable = self.variable(group, name, dataset)
-            except NotVirtualizable as exc:
-                self.refused.append(Refusal(where, str(exc), self.source))
-                continue
-            group.variables[name] = variable
+            with self.tolerant:
+                try:
+                    variable = self.variable(group, name, dataset)
+                except NotVirtualizable as exc:
+                    self.refused.append(Refusal(where, str(exc), self.source))
+                    continue
+                group.variables[name] = variable
 
     def variable(self, group: Group, name: str, dataset) -> SourceVariable:
         if dataset.shape is None:
