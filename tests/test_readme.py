@@ -54,6 +54,7 @@ SKIPPED: dict[str, str] = {}  # Snippet.id -> reason
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 OBS_SHAPE, OBS_CHUNKS = (200, 300), (100, 300)  # to_nczarr's encoding makes them 100x100
+MUR_DAYS = [date(2024, 6, d) for d in (1, 2, 3)]  # the catalogue of the remote-archives example
 ARCHIVE_DAYS = [date(2026, 3, d) for d in (12, 13, 14)]  # /archive/sst_*.nc before the first virtualize
 COG_DAYS = [date(2020, 5, 30), date(2020, 5, 31), date(2020, 6, 1), date(2020, 6, 2)]
 COG_SCALE, COG_NODATA, COG_SHAPE = 0.01, -32768, (128, 256)  # two 128x128 tiles
@@ -138,6 +139,26 @@ class Sandbox:
     def url(self, path: Path, mode: str = "nczarr,manifest") -> str:
         return f"{path.as_uri()}#mode={mode}"
 
+    def serve_catalogue(self) -> None:
+        """Three daily COGs on a local web server (and one URL that is not there: --skip-unreadable), listed
+        in ``mur_urls.txt``."""
+        from test_manifest_http import Server
+
+        server = Server()
+        server.thread.start()
+        self.catalogue = []
+        lines = ["# MUR-like daily SST, one COG a day"]
+        for day in MUR_DAYS:
+            path = self.root / "upload" / f"mur_{day:%Y%m%d}.tif"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_cog(path, day)
+            server.files[f"/mur/{path.name}"] = path.read_bytes()
+            self.catalogue.append(path)
+            lines.append(f"{server.root}/mur/{path.name}")
+        lines.append(f"{server.root}/mur/mur_20240610.tif")  # a day the server does not have
+        (self.cwd / "mur_urls.txt").write_text("\n".join(lines) + "\n")
+        self.web = server  # stopped when the sandbox is
+
     def s3(self, key: str, mode: str = "s3") -> str:
         return f"{self.endpoint}/{BUCKET}/{key}#mode={mode}"
 
@@ -212,6 +233,10 @@ BEFORE: dict[str, Callable[[Sandbox, dict], None]] = {
     # the prose's `url`: a manifest whose references need the grant, and one that needs none
     'containers=["/data/archive/"': lambda sb, ns: ns.update(url=sb.url(sb.mixed)),
     'open_map(url, "r", mtime_tolerance=2)': lambda sb, ns: sb.restored_copy(ns),
+    # a catalogue of daily COGs on a web server: a local one, and the list of its URLs
+    "nczmap virtualize @mur_urls.txt mur.parq --new-dim time=%Y%m%d --skip-unreadable": (
+        lambda sb, ns: sb.serve_catalogue()
+    ),
 }
 
 
@@ -271,6 +296,17 @@ def check_cube(sb: Sandbox, value, ns) -> None:
     grant = {f"s3://{BUCKET}/sst/": {"endpoint": sb.endpoint}}
     with nczmap.open_dataset(sb.url(sb.data / "sst.parq"), containers=[grant]) as ds:
         assert ds.variables["band_data"].shape == (len(COG_DAYS), *COG_SHAPE)  # sst_2019... left out
+
+
+def check_catalogue(sb: Sandbox, value, ns) -> None:
+    assert "HEAD" not in sb.web.methods()  # virtualizing made GETs only
+    assert "mur_20240610.tif" in value.stderr  # the unreadable one is named, and left out
+    grant = [f"{sb.web.root}/mur/"]
+    with nczmap.open_dataset(sb.url(sb.data / "mur.parq"), containers=grant) as ds:
+        assert ds.variables["band_data"].shape == (len(MUR_DAYS), *COG_SHAPE)  # the missing day left out
+        for step, path in enumerate(sb.catalogue):
+            with rasterio.open(path) as cog:
+                assert np.array_equal(ds.variables["band_data"][step], cog.read(1))
 
 
 def check_needs_grant(sb: Sandbox, value, ns) -> None:
@@ -391,6 +427,8 @@ AFTER: dict[str, Callable[[Sandbox, object, dict], None]] = {
     'nczmap.virtualize(["/archive/sst_20260316.nc"], "sst.parq", append=True)': (
         lambda sb, value, ns: check_appended(sb, value, ns, len(ARCHIVE_DAYS) + 2)
     ),
+    # Remote archives
+    "nczmap virtualize @mur_urls.txt mur.parq --new-dim time=%Y%m%d --skip-unreadable": check_catalogue,
     # A year of daily COGs
     "nczmap virtualize 's3://bucket/sst/sst_2020*.tif' sst.parq --new-dim time=%Y%m%d": check_cube,
     ")  # the grant the references need": check_needs_grant,
@@ -493,6 +531,11 @@ class Runner:
             if hasattr(value, "close") and not isinstance(value, type(os)):
                 with contextlib.suppress(Exception):
                     value.close()
+        web = getattr(self.sandbox, "web", None)
+        if web is not None:
+            web.httpd.shutdown()
+            web.httpd.server_close()
+            web.thread.join(5)
 
 
 @pytest.fixture(scope="module")
