@@ -169,9 +169,13 @@ def normalize(url: str, base: str | None, directory: bool = False, links: bool =
     raise AccessDenied(f"reference {url!r}: scheme {scheme!r} cannot be read (use file, s3, http or https)")
 
 
+_CONTROL_OR_BACKSLASH = re.compile(r"[\x00-\x1f\x7f\\]")
+_UNSAFE_SEGMENT = re.compile(r"[\x00-\x1f\x7f\\%]")
+
+
 def _normalize_http(scheme: str, rest: str, url: str, directory: bool) -> str:
     """``scheme://host[:port]/path`` canonical (see the module notes); ``rest`` follows ``://``, raw."""
-    if any(ord(c) < 0x20 or ord(c) == 0x7F or c == "\\" for c in rest):
+    if _CONTROL_OR_BACKSLASH.search(rest):
         raise AccessDenied(f"reference {url!r} holds a backslash or control character")
     if "?" in rest or "#" in rest:
         raise AccessDenied(
@@ -184,19 +188,21 @@ def _normalize_http(scheme: str, rest: str, url: str, directory: bool) -> str:
             f"reference {url!r} carries a user name or password: credentials never come from a manifest "
             "(give them as container options)"
         )
-    host, port = _host_port(scheme, authority, url)
+    host, port = _checked_authority(scheme, authority, url)
     try:
         decoded = unquote_to_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
         raise AccessDenied(f"reference {url!r}: its path is not UTF-8 once percent-decoded") from None
     parts: list[str] = []
     for part in decoded.split("/"):
-        if any(ord(c) < 0x20 or ord(c) == 0x7F or c in "\\%" for c in part):
+        if _UNSAFE_SEGMENT.search(part):
             raise AccessDenied(
                 f"reference {url!r}: a path segment holds a backslash, control character or a '%' left "
                 "after decoding, which servers may read as another path"
             )
-        bare = unicodedata.normalize("NFKC", part.split(";", 1)[0])
+        bare = part.split(";", 1)[0]
+        if not bare.isascii():
+            bare = unicodedata.normalize("NFKC", bare)
         if part in ("", "."):
             continue
         if part == "..":
@@ -210,6 +216,20 @@ def _normalize_http(scheme: str, rest: str, url: str, directory: bool) -> str:
     tail = "/".join(parts)
     netloc = host if port == HTTP_PORTS[scheme] else f"{host}:{port}"
     return f"{scheme}://{netloc}/{tail}" + ("/" if directory and tail else "")
+
+
+_AUTHORITIES: dict[tuple[str, str], tuple[str, int]] = {}  # (scheme, authority) checked and allowed
+
+
+def _checked_authority(scheme: str, authority: str, url: str) -> tuple[str, int]:
+    """:func:`_host_port`, decided once per authority (thousands of references name one server); only an
+    allowed authority is kept, so a refusal always names the reference it is about."""
+    found = _AUTHORITIES.get((scheme, authority))
+    if found is None:
+        found = _host_port(scheme, authority, url)
+        if len(_AUTHORITIES) < 4096:
+            _AUTHORITIES[(scheme, authority)] = found
+    return found
 
 
 def _host_port(scheme: str, authority: str, url: str) -> tuple[str, int]:
