@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import sys
@@ -46,25 +47,33 @@ def _dump(args: argparse.Namespace) -> None:
 
 
 def _copy(args: argparse.Namespace) -> None:
-    from nczmap.integrations.copy import copy, terminal_progress
+    from nczmap.integrations.copy import copy
+    from nczmap.progress import command_progress
 
-    copy(
-        args.source,
-        args.destination,
-        args.netcdf_version,
-        terminal_progress(),
-        keep_filters=args.keep_filters,
-        **_grants(args, args.source),
-    )
+    bar = command_progress("copying", "B", args.progress)
+    try:
+        copy(
+            args.source,
+            args.destination,
+            args.netcdf_version,
+            bar,
+            keep_filters=args.keep_filters,
+            **_grants(args, args.source),
+        )
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def _virtualize(args: argparse.Namespace) -> None:
-    import warnings
 
-    from nczmap.integrations.copy import terminal_progress
     from nczmap.integrations.virtualize import VirtualizeWarning, virtualize
+    from nczmap.progress import command_progress
 
-    with warnings.catch_warnings():
+    bars = [command_progress(label, unit, args.progress) for label, unit in _VIRTUALIZE_BARS]
+    with warnings.catch_warnings(), contextlib.ExitStack() as closing:
+        for bar in filter(None, bars):
+            closing.callback(bar.close)  # a bar cut short by an error still ends its line
         warnings.simplefilter("ignore", VirtualizeWarning)  # reported below, one line each
         options = {"max_chunk_bytes": args.max_chunk_bytes} if args.max_chunk_bytes is not None else {}
         for name in ("concurrency", "deadline", "retry_budget"):
@@ -76,12 +85,12 @@ def _virtualize(args: argparse.Namespace) -> None:
             concat=args.concat,
             allow=args.allow or (),
             netcdf_version=args.netcdf_version,
-            progress=terminal_progress("virtualizing", unit="chunks"),
+            progress=bars[1] or False,
             new_dim=args.new_dim,
             load=args.load or None,
             skip_mismatched=args.skip_mismatched,
             checksums=args.checksums or None,
-            reading=terminal_progress("reading sources", unit="files"),
+            reading=bars[0] or False,
             append=args.append,
             skip_unreadable=args.skip_unreadable,
             **options,
@@ -92,6 +101,9 @@ def _virtualize(args: argparse.Namespace) -> None:
         print(f"nczmap: warning: {source} left out: {why}", file=sys.stderr)
     for note in result.notes:
         print(f"nczmap: warning: {note}", file=sys.stderr)
+
+
+_VIRTUALIZE_BARS = (("reading sources", "files"), ("virtualizing", "chunks"))
 
 
 def _ncdump(args: argparse.Namespace) -> None:
@@ -162,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
         "may be read under, besides the manifest's own directory (repeatable)",
     )
 
+    shown = argparse.ArgumentParser(add_help=False)  # --progress/--quiet, for the long commands
+    bars = shown.add_mutually_exclusive_group()
+    bars.add_argument(
+        "--progress",
+        action="store_true",
+        default=None,
+        help="show progress bars even when standard error is not a terminal (by default only on one)",
+    )
+    bars.add_argument("-q", "--quiet", dest="progress", action="store_false", help="show no progress bars")
+
     search = commands.add_parser(
         "search", help="list the immediate children of a key, one name a line", parents=[grants]
     )
@@ -186,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.set_defaults(run=_dump)
 
     copier = commands.add_parser(
-        "copy", help="copy a dataset (or a netCDF-4 file) to another URL", parents=[grants]
+        "copy", help="copy a dataset (or a netCDF-4 file) to another URL", parents=[grants, shown]
     )
     copier.add_argument("source", help="dataset URL or path, or a netCDF-4/HDF5 file")
     copier.add_argument("destination", help="URL or path of the new dataset (.zip paths make a zip)")
@@ -224,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         "virtualize",
         help="write a manifest (kerchunk JSON or Parquet) presenting netCDF-4/HDF5, netCDF-3 and TIFF/COG "
         "files as one NCZarr dataset, copying no data",
+        parents=[shown],
     )
     virtual.add_argument(
         "sources",

@@ -223,7 +223,7 @@ def synopsis(snippet: Snippet) -> tuple[dict[str, set[str]], bool]:
         elif words[0].startswith("-"):
             listed = re.findall(r"[a-z]+", comment.split(";")[0])
             for name in listed:
-                commands.setdefault(name, set()).add(words[0])
+                commands.setdefault(name, set()).update(_options(code))
             current = None
             continue
         elif current is not None and text.startswith(" "):

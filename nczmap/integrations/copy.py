@@ -12,9 +12,7 @@ import itertools
 import math
 import os
 import shutil
-import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -24,19 +22,19 @@ from nczmap.concurrency import run_each
 from nczmap.errors import DatasetExists, NCZError, from_os_error
 from nczmap.format import Dataset, FormatOptions, Group, Variable, open_on
 from nczmap.format.writer import DEFAULT_MAXSTRLEN
+from nczmap.progress import Progress, ProgressOption, progress_callback
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import locking, open_map
 from nczmap.zmap.file import check_replaceable
 
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-Progress = Callable[[int, int], None]
 
 
 def copy(
     source: str,
     destination: str,
     netcdf_version: str | None = None,
-    progress: Progress | None = None,
+    progress: ProgressOption = None,
     *,
     keep_filters: bool = False,
     containers: object = None,
@@ -53,6 +51,7 @@ def copy(
     """
     check_distinct(source, destination)
     url = parse_url(destination)
+    progress = progress_callback(progress, "copying", "B")
     if _is_hdf5(source):
         from nczmap.integrations.netcdf4 import open_netcdf4
 
@@ -380,45 +379,3 @@ def _all_fill(values: np.ndarray, fill: object) -> bool:
     if values.dtype.kind == "f" and np.isnan(fill):
         return bool(np.isnan(values).all())
     return bool((values == fill).all())
-
-
-def terminal_progress(label: str = "copying", unit: str = "B", stream=sys.stderr) -> Progress | None:
-    """A one-line progress bar on a terminal, with the amount done, the rate and the time left; None when
-    ``stream`` is not a terminal (nothing on a pipe). ``unit`` "B" shows byte amounts, any other word is a
-    count of those (``chunks``)."""
-    if not stream.isatty():
-        return None
-    start = time.monotonic()
-    shown = [0.0]
-
-    def show(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done < total and now - shown[0] < 0.1:  # at most ten redraws a second
-            return
-        shown[0] = now
-        rate = done / max(now - start, 1e-6)
-        left = (total - done) / rate if rate else 0
-        filled = 30 * done // max(total, 1)
-        amounts = (
-            f"{_size(done)}/{_size(total)}, {_size(rate)}/s"
-            if unit == "B"
-            else f"{done}/{total} {unit}, {rate:.0f}/s"
-        )
-        minutes, seconds = divmod(int(left + 0.5), 60)
-        stream.write(
-            f"\r{label} [{'#' * filled}{'.' * (30 - filled)}] {100 * done // max(total, 1):3d}% "
-            f"{amounts}, {minutes}:{seconds:02d} left "
-        )
-        if done >= total:
-            stream.write("\n")
-        stream.flush()
-
-    return show
-
-
-def _size(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} TiB"

@@ -29,7 +29,7 @@ import dataclasses
 import os
 import tempfile
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from nczmap.errors import FormatError, NCZError
@@ -52,6 +52,7 @@ from nczmap.integrations.virtualize.output import manifest_url, write
 from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
 from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
+from nczmap.progress import ProgressOption, progress_callback
 from nczmap.zmap.byteranges import RequestPolicy
 
 # Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
@@ -60,7 +61,6 @@ PARSERS = {
     "netcdf3": "nczmap.integrations.virtualize.netcdf3",
     "tiff": "nczmap.integrations.virtualize.tiff",
 }
-Progress = Callable[[int, int], None]
 
 
 class VirtualizeWarning(UserWarning):
@@ -88,7 +88,7 @@ def virtualize(
     concat: str | None = None,
     allow: Sequence[str] = (),
     netcdf_version: str | None = None,
-    progress: Progress | None = None,
+    progress: ProgressOption = None,
     *,
     new_dim: str | tuple[str, str] | None = None,
     load: Sequence[str] | str | None = None,
@@ -96,7 +96,7 @@ def virtualize(
     max_chunk_bytes: int | None = None,
     executor=None,
     checksums: bool | None = None,
-    reading: Progress | None = None,
+    reading: ProgressOption = None,
     append: bool = False,
     concurrency: int | None = None,
     deadline: float | None = None,
@@ -122,8 +122,9 @@ def virtualize(
     contiguous data. ``allow`` lists the container prefixes references may point into (default: each
     source's directory or bucket prefix); ``netcdf_version`` is the netcdf-c release the metadata is
     written for; ``progress(done, total)`` is called as chunks are described, ``reading(done, total)`` as
-    sources are parsed. ``executor`` parses the sources after the first: a ``concurrent.futures`` thread
-    pool of this process, or a ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is
+    sources are parsed (``progress=True``: tqdm bars for both, a widget in a notebook). ``executor``
+    parses the sources after the first: a ``concurrent.futures`` thread pool of this process, or a
+    ``ProcessPoolExecutor`` or dask ``distributed.Client`` (each source is
     made again where its task runs, and its parse sent back); by default remote sources are parsed on
     ``concurrency`` threads (64; connections are reused per host), local ones one after another. The first
     file is always parsed first (the others are compared with it). ``checksums`` reads every referenced
@@ -153,6 +154,10 @@ def virtualize(
         load = [name for name in load.split(",") if name]
     if max_chunk_bytes is not None and max_chunk_bytes < 1:
         raise FormatError(f"max_chunk_bytes must be a positive number of bytes, not {max_chunk_bytes}")
+    reading = progress_callback(
+        reading if reading is not None else progress is True, "reading sources", "files"
+    )
+    progress = progress_callback(progress, "virtualizing", "chunks")
     reads = _Reads(concurrency, _policy(deadline, retry_budget), skip_unreadable)
     given = Join(
         concat,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -24,13 +24,13 @@ from nczmap.integrations.virtualize.combine import Plan, is_joined_coordinate, l
 from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
 from nczmap.integrations.virtualize.sources import RemoteFile, SourceFile
 from nczmap.manifest.containers import Container, as_containers, authorize, normalize
+from nczmap.progress import Progress
 from nczmap.registry import DEFAULT_DRIVER, DRIVERS, LOCAL, S3
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import open_map
 from nczmap.zmap.keys import normalize_key
 
 SMALL_CHUNK = 100  # chunks smaller than this are kept in the manifest: a reference would cost more
-Progress = Callable[[int, int], None]
 Entry = tuple[int, int] | bytes  # a byte range of the source, or the chunk's bytes
 
 

@@ -31,15 +31,15 @@ import functools
 import importlib
 import io
 import pickle
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from nczmap.errors import AccessDenied, DataError, DriverNotAvailable, FormatError, NCZError, StorageError
 from nczmap.integrations.virtualize.parsed import ParsedFile, ParseOptions
 from nczmap.integrations.virtualize.sources import LocalFile, RemoteFile, SourceFile, source_file
+from nczmap.progress import Progress
 from nczmap.zmap.byteranges import RequestPolicy
 
-Progress = Callable[[int, int], None]
 CONCURRENCY = 64  # remote sources parsed at once by default
 
 
