@@ -597,3 +597,81 @@ def test_a_repository_written_by_icechunk_exports_to_references(virtual_repo):
     with nczmap.open_dataset(refs.as_uri() + "#mode=zarr,manifest", containers=grants) as ds:
         assert ds.variables["a"][...].tolist() == [1, 2, 3, 4]
         assert ds.variables["b"][...].tolist() == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".parq"])
+def test_an_exported_manifest_records_its_sources_and_refuses_them_changed(tmp_path, suffix):
+    """A manifest exported from a repository records each source as ``virtualize`` does (size and
+    modification time), so a source rewritten after the export is refused by the manifest's reads, not
+    read as if it were the one referred to."""
+    from nczmap.integrations.copy import copy
+
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    grant = [str(tmp_path / "src") + "/"]
+    nczmap.virtualize([str(source)], repo_url(tmp_path / "repo"))
+    manifest = (tmp_path / f"refs{suffix}").as_uri() + "#mode=nczarr,manifest"
+    copy(repo_url(tmp_path / "repo"), manifest, containers=grant)
+    with nczmap.open_map(manifest, containers=grant) as exported:
+        info = os.stat(source)
+        assert exported.manifest.sources == {
+            source.as_uri(): {"size": info.st_size, "mtime": info.st_mtime_ns}
+        }
+    with netCDF4.Dataset(source, "r+") as ds:  # rewritten in place: same size, new values
+        ds["v"][0, :] = 0
+    with (
+        nczmap.open_dataset(manifest, containers=grant) as ds,
+        pytest.raises(nczmap.errors.StorageError, match=r"a\.nc changed since the manifest was made"),
+    ):
+        ds.variables["v"][...]
+
+
+def test_a_source_changed_before_the_export_fails_it_writing_nothing(tmp_path):
+    """The repository vouches for its sources (icechunk compares each chunk's recorded modification time):
+    a source changed since the repository was written fails the export, naming the source, and no
+    manifest is written that would vouch for the changed file instead."""
+    from nczmap.integrations.copy import copy
+
+    (tmp_path / "src").mkdir()
+    source = tmp_path / "src" / "a.nc"
+    make_source(source)
+    nczmap.virtualize([str(source)], repo_url(tmp_path / "repo"))
+    later = os.stat(source).st_mtime + 10
+    os.utime(source, (later, later))
+    refs = tmp_path / "refs.json"
+    with pytest.raises(nczmap.errors.StorageError, match=r"a\.nc"):
+        copy(
+            repo_url(tmp_path / "repo"),
+            refs.as_uri() + "#mode=nczarr,manifest",
+            containers=[str(tmp_path / "src") + "/"],
+        )
+    assert not refs.exists()
+
+
+def test_an_exported_manifest_records_s3_sources_by_etag(tmp_path, s3_server):
+    """S3 sources (on moto's server, reached through the grant's endpoint) are recorded by size and
+    ETag; an object replaced after the export is refused by the manifest's reads."""
+    from s3server import BUCKET
+    from test_virtualize import upload
+
+    from nczmap.integrations.copy import copy
+
+    make_source(tmp_path / "a.nc")
+    key, etag = upload(s3_server, tmp_path / "a.nc")
+    source = f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"
+    result = nczmap.virtualize([source], repo_url(tmp_path / "repo"))
+    refs = tmp_path / "refs.json"
+    copy(repo_url(tmp_path / "repo"), refs.as_uri() + "#mode=nczarr,manifest", containers=result.containers)
+    with nczmap.open_map(refs.as_uri() + "#mode=nczarr,manifest", containers=result.containers) as exported:
+        assert exported.manifest.sources == {
+            f"s3://{BUCKET}/{key}": {"size": (tmp_path / "a.nc").stat().st_size, "etag": etag}
+        }
+    with netCDF4.Dataset(tmp_path / "a.nc", "r+") as ds:
+        ds["v"][0, :] = 0
+    upload(s3_server, tmp_path / "a.nc", key)  # replaced: same size, another ETag
+    with (
+        nczmap.open_dataset(refs.as_uri() + "#mode=nczarr,manifest", containers=result.containers) as ds,
+        pytest.raises(nczmap.errors.StorageError, match="changed since the manifest was made"),
+    ):
+        ds.variables["v"][...]

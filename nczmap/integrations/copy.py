@@ -130,10 +130,11 @@ def _export_references(
                 target.writer.touch(dest)
         total = sum(_chunk_count(v) * _chunk_bytes(v) for v in variables)
         done = 0
+        witnesses: dict[str, str] = {}  # each source referred to -> a chunk key of it in the repository
         for variable in variables:
             dest = _counterpart(target, variable)
             same = _same_storage(variable, dest)  # else the data is copied, decoded and encoded again
-            referenced = _export_virtual(variable, dest) if same else set()
+            referenced = _export_virtual(variable, dest, witnesses) if same else set()
             rest = [index for index in chunk_grid(dest) if index not in referenced]
             copy = functools.partial(_copy_raw if same else _copy_region, variable, dest)
             for _ in run_each(functools.partial(copy, index) for index in rest):
@@ -141,11 +142,40 @@ def _export_references(
                 if progress is not None:
                     progress(done, total)
             done += len(referenced) * _chunk_bytes(dest)
+        _record_exported_sources(source, zmap, witnesses)
 
 
-def _export_virtual(variable: Variable, dest: Variable) -> set[tuple[int, ...]]:
+def _record_exported_sources(repository, manifest, witnesses: dict[str, str]) -> None:
+    """Record each source the manifest refers to (size and modification time, or size and ETag), as a
+    manifest made by ``virtualize`` records it, so that reads through it detect a changed source.
+
+    What the repository knows of a source (the ETag or last-modified time each virtual chunk carries) is
+    not readable through icechunk's API, but icechunk compares it with the source on every read: one chunk
+    of each source is read through the repository first (a source changed since is a StorageError and
+    nothing is written), then the source is looked at as it is now, which is what gets recorded."""
+    from nczmap.integrations.virtualize.sources import source_file
+    from nczmap.manifest.containers import locate
+
+    recorded: dict[str, dict] = {}
+
+    def vouch(url: str, key: str) -> None:
+        repository.read(key)
+        _, container, _ = locate(url, None, manifest.containers, key)
+        found = source_file(url, options=dict(container.options))
+        try:
+            recorded[url] = found.recorded()
+        finally:
+            found.close()
+
+    for _ in run_each(functools.partial(vouch, url, key) for url, key in witnesses.items()):
+        pass
+    for url in sorted(recorded):
+        manifest.manifest.sources[url] = recorded[url]
+
+
+def _export_virtual(variable: Variable, dest: Variable, witnesses: dict[str, str]) -> set[tuple[int, ...]]:
     """The virtual chunks of ``variable`` (in a repository) as references of ``dest`` (in a manifest);
-    the chunk indices set."""
+    the chunk indices set. ``witnesses`` gets a chunk key of each source not yet in it."""
     from icechunk import ChunkType
 
     manifest = dest.group.root.zmap
@@ -156,6 +186,9 @@ def _export_virtual(variable: Variable, dest: Variable) -> set[tuple[int, ...]]:
         keys = [dest.chunk_key(index) for index in indices]
         names = [key[len(dest.key) + 1 :] for key in keys]
         urls = [paths[row] for row in rows]
+        for url, index in zip(urls, indices, strict=True):
+            if url not in witnesses:
+                witnesses[url] = variable.chunk_key(index)
         offsets, lengths = offsets[rows].tolist(), lengths[rows].tolist()
         if all("/" not in name for name in names):
             manifest.set_chunk_references(dest.key, names, urls, offsets, lengths)

@@ -187,9 +187,11 @@ def source_file(
     etag: str | None = None,
     modified: str | None = None,
     policy: RequestPolicy | None = None,
+    options: dict[str, str] | None = None,
 ) -> SourceFile:
     """One source, made without a request. ``size``, ``etag`` and ``modified`` (what a listing, or the
-    process that read it first, knows of a remote source) make its reads conditional from the first."""
+    process that read it first, knows of a remote source) make its reads conditional from the first;
+    ``options`` are an S3 source's endpoint options (a container's) beyond its URL's."""
     text = os.fspath(source)
     if isinstance(source, os.PathLike) or "://" not in text:
         return LocalFile(os.path.realpath(text), text)
@@ -203,7 +205,7 @@ def source_file(
             raise FormatError(
                 f"cannot virtualize {text!r}: sources must be local files, S3 objects or http(s) URLs"
             )
-        file = ObjectFile(url, policy=policy)
+        file = ObjectFile(url, policy=policy, options=options)
     file.adopt({"size": size, "etag": etag, "modified": modified})
     return file
 
@@ -688,11 +690,12 @@ class ObjectFile(RemoteFile):
         size: int | None = None,
         etag: str | None = None,
         policy: RequestPolicy | None = None,
+        options: dict[str, str] | None = None,
     ) -> None:
         self.bucket, self.key = url.bucket, url.path
         self.url = self.name = normalize(f"s3://{url.bucket}/{url.path}", None)
         self.shown = url.original
-        self.options = _options(url)
+        self.options = {**_options(url), **(options or {})}
         super().__init__(policy)
         self.adopt({"size": size, "etag": etag})
 
