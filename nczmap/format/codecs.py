@@ -30,6 +30,8 @@ class CodecChain:
         import numcodecs
 
         config = dict(config)
+        if config.get("id") in _PREFERRED:  # nczmap's own reads as the source's own reader does
+            return _preferred_codec(config, where)
         if config.get("id") == "shuffle" and not config.get("elementsize"):
             config["elementsize"] = self.itemsize  # netcdf-c 4.10 writes 0, meaning "the type's size"
         try:
@@ -74,6 +76,8 @@ class CodecChain:
 # What each codec's options must be, where numcodecs would take anything and fail later (or never): option
 # -> (kind, low, high) for integers, or the set of allowed values.
 _INT = "int"
+_TEXT = "text"
+_FLOAT_TYPE = "float type"
 _OPTIONS: dict[str, dict[str, tuple]] = {
     "zlib": {"level": (_INT, -1, 9)},
     "gzip": {"level": (_INT, -1, 9)},
@@ -89,6 +93,7 @@ _OPTIONS: dict[str, dict[str, tuple]] = {
         "cname": ({"blosclz", "lz4", "lz4hc", "snappy", "zlib", "zstd"},),
     },
     "szip": {"mask": (_INT, 0, 1 << 16), "pixels-per-block": (_INT, 0, 1 << 16)},
+    "grib": {"var": (_TEXT,), "dtype": (_FLOAT_TYPE,)},
 }
 
 
@@ -107,12 +112,48 @@ def check_codecs(configs: list[dict], where: str) -> None:
 
 
 def _check_option(value: object, rule: tuple, where: str) -> None:
-    if rule[0] == _INT:
+    if rule[0] == _TEXT:
+        if not isinstance(value, str):
+            raise FormatError(f"{where} is {value!r}, not a name")
+    elif rule[0] == _FLOAT_TYPE:
+        if value is not None and not _is_float_type(value):
+            raise FormatError(f"{where} is {value!r}, not a floating-point type")
+    elif rule[0] == _INT:
         _, low, high = rule
         if type(value) is not int or not low <= value <= high:  # type(): a bool is no level
             raise FormatError(f"{where} is {value!r}, not an integer from {low} to {high}")
     elif not isinstance(value, str) or value not in rule[0]:
         raise FormatError(f"{where} is {value!r}, not one of {sorted(rule[0])}")
+
+
+def _is_float_type(value: object) -> bool:
+    import numpy as np
+
+    if not isinstance(value, str):
+        return False
+    try:
+        return np.dtype(value).kind == "f"
+    except TypeError:
+        return False
+
+
+def _preferred_codec(config: dict, where: str):
+    """A codec nczmap implements itself even when numcodecs knows its id (``grib``: kerchunk's reads
+    missing points differently from cfgrib)."""
+    options = {k: v for k, v in config.items() if k != "id"}
+    try:
+        return _PREFERRED[config["id"]](**options)
+    except (ValueError, TypeError) as exc:
+        raise FormatError(f"{where} has unsupported codec: ({config['id']}): {exc}") from exc
+
+
+def _grib(**options):
+    from nczmap.format.gribcodec import Grib
+
+    return Grib(**options)
+
+
+_PREFERRED = {"grib": _grib}
 
 
 def _own_codec(config: dict):

@@ -60,6 +60,7 @@ PARSERS = {
     "netcdf4": "nczmap.integrations.virtualize.hdf5",
     "netcdf3": "nczmap.integrations.virtualize.netcdf3",
     "tiff": "nczmap.integrations.virtualize.tiff",
+    "grib": "nczmap.integrations.virtualize.grib",
 }
 
 
