@@ -78,7 +78,7 @@ LAMBERT = {
 }
 
 
-def lambert(path: Path, names=("t", "2t"), date=20240101, time=600, step=1) -> Path:
+def lambert(path: Path, names=("t", "2t"), date=20240101, time=600, step=1, seed=0) -> Path:
     """An HRRR-like Lambert conformal grid: a surface field and a 2 m field."""
     found = []
     for index, name in enumerate(names):
@@ -86,7 +86,8 @@ def lambert(path: Path, names=("t", "2t"), date=20240101, time=600, step=1) -> P
         if name == "2t":
             keys.update(typeOfFirstFixedSurface=103, scaleFactorOfFirstFixedSurface=0,
                         scaledValueOfFirstFixedSurface=2)  # fmt: skip
-        found.append(message("GRIB2", values=field(index + date + time, 1200), shortName=name, **keys))
+        values = field(seed + index + date + time + step, 1200)
+        found.append(message("GRIB2", values=values, shortName=name, **keys))
     return write(path, found)
 
 

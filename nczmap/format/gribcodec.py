@@ -13,6 +13,7 @@ into it are serialised, as kerchunk and cfgrib serialise theirs.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -23,6 +24,19 @@ from nczmap.errors import FormatError
 MISSING = float(np.finfo(np.float32).max)  # cfgrib's missing value indicator
 GRID_KEYS = {"latitude": "latitudes", "longitude": "longitudes"}
 _LOCK = threading.RLock()
+
+
+def import_eccodes():
+    """The ``eccodes`` module, imported after pyproj when pyproj is installed.
+
+    ecCodes' wheels bring a PROJ of their own (in eckitlib) into the process' global symbol scope; a pyproj
+    loaded after it calls that PROJ instead of its own, and the process crashes at exit (a double free).
+    Loaded first, pyproj keeps its own."""
+    with contextlib.suppress(ImportError):
+        import pyproj  # noqa: F401
+    import eccodes
+
+    return eccodes
 
 
 def data_points(message) -> int | None:
@@ -75,8 +89,7 @@ class Grib(Codec):
         return self.decode(buf)
 
     def _decode(self, message: bytes) -> np.ndarray:
-        import eccodes
-
+        eccodes = import_eccodes()
         with _LOCK:
             try:
                 handle = eccodes.codes_new_from_message(message)

@@ -172,10 +172,11 @@ def parse(file, options: ParseOptions) -> ParsedFile:
     cubes = _cubes(variables)
     root = Group("/", None)
     shared = _global_attributes(fields)
+    inherited = _root_time_dimensions(root, cubes, file.name)
     for path, cube in zip(_group_paths(cubes), cubes, strict=True):
         group = _group(root, path)
         _set_attributes(group, shared)  # each group opens as a dataset of cfgrib's, with its attributes
-        _build_cube(group, cube, file, refused)
+        _build_cube(group, cube, file, refused, inherited)
     _set_attributes(root, shared)
     return ParsedFile(file.name, root, _apart(refused, root), format="grib")
 
@@ -387,7 +388,39 @@ def _global_attributes(fields: list[_Field]) -> dict[str, object]:
 
 
 # ------------------------------------------------------------------------------------------ the model
-def _build_cube(group: Group, cube: _Cube, file, refused: list[Refusal]) -> None:
+def _root_time_dimensions(root: Group, cubes: list[_Cube], source: str) -> dict[str, Dimension]:
+    """``time`` and ``step`` as the root's dimensions, with their coordinates, when the file's groups all
+    have the same times and steps (one model run's file): files then join along the root's ``time`` or
+    ``step`` in every group at once. Each group has its own copies of the coordinates, on these dimensions,
+    so that it opens alone as cfgrib's dataset."""
+    axes = {(cube.first.times, cube.first.steps) for cube in cubes}
+    if len(cubes) == 1 or len(axes) > 1:
+        return {}
+    times, steps = axes.pop()
+    dims = {"time": _dimension(root, "time", len(times)), "step": _dimension(root, "step", len(steps))}
+    _time_coordinates(root, dims, np.array(times, dtype=np.int64), np.array(steps, dtype=np.float64), source)
+    return dims
+
+
+def _time_coordinates(group: Group, dims: dict[str, Dimension], times, steps, source: str) -> None:
+    for name, values in (("time", times), ("step", steps)):
+        _values_variable(group, name, [dims[name]], values, source, _coordinate_attributes(name))
+    valid = times[:, None] + steps[None, :] * 3600
+    _values_variable(
+        group, "valid_time", [dims["time"], dims["step"]], valid, source, COORD_ATTRS["valid_time"]
+    )
+
+
+def _coordinate_attributes(name: str) -> dict[str, object]:
+    attrs: dict[str, object] = {"long_name": f"original GRIB coordinate for key: {_key(name)}({name})"}
+    attrs["units"] = "1"
+    attrs.update(COORD_ATTRS.get(name, {}))
+    return attrs
+
+
+def _build_cube(
+    group: Group, cube: _Cube, file, refused: list[Refusal], inherited: dict[str, Dimension]
+) -> None:
     first = cube.first
     level_type = first.first.description.type_of_level
     the_grid = first.first.grid
@@ -398,24 +431,25 @@ def _build_cube(group: Group, cube: _Cube, file, refused: list[Refusal]) -> None
     header.append(("step", np.array(first.steps, dtype=np.float64)))
     if first.levels:
         header.append((level_type, np.array(first.levels, dtype=np.float64)))
-    kept_as_dims = {"time", "step"}
-    dims: list[Dimension] = []
+    on: dict[str, Dimension] = {}  # the header coordinates that are dimensions (time and step always)
     for name, values in header:
-        if len(values) > 1 or name in kept_as_dims:
-            dims.append(_dimension(group, name, len(values)))
+        if name in inherited:
+            on[name] = inherited[name]
+        elif len(values) > 1 or name in ("time", "step"):
+            on[name] = _dimension(group, name, len(values))
     geo_names = ("latitude", "longitude") if the_grid.grid_type != "lambert" else ("y", "x")
     geo = [_dimension(group, name, size) for name, size in zip(geo_names, the_grid.shape, strict=True)]
     source = file.name
     for name, values in header:
-        dim = group.dimensions.get(name)
-        attrs = {"long_name": f"original GRIB coordinate for key: {_key(name)}({name})", "units": "1"}
-        attrs.update(COORD_ATTRS.get(name, {}))
+        if name in ("time", "step"):
+            continue
+        dim = on.get(name)
+        attrs = _coordinate_attributes(name)
         _values_variable(group, name, [dim] if dim else [], values if dim else values[0], source, attrs)
+    times, steps = dict(header)["time"], dict(header)["step"]
+    _time_coordinates(group, on, times, steps, source)
     _geography(group, the_grid, geo, first.first.message, file, refused)
-    times, steps = header[1 if first.numbers else 0][1], header[2 if first.numbers else 1][1]
-    valid = times[:, None] + steps[None, :] * 3600
-    time_dims = [group.dimensions["time"], group.dimensions["step"]]
-    _values_variable(group, "valid_time", time_dims, valid, source, COORD_ATTRS["valid_time"])
+    dims = list(on.values())
     coordinates = " ".join([name for name, _ in header] + ["latitude", "longitude", "valid_time"])
     for variable in cube.variables:
         if variable.name in group.variables:
@@ -429,7 +463,7 @@ def _key(name: str) -> str:
 
 
 def _dimension(group: Group, name: str, size: int) -> Dimension:
-    dim = Dimension(name, size, False, group)
+    dim = Dimension(name, size, name in ("time", "step"), group)  # unlimited: what files are joined along
     group.dimensions[name] = dim
     return dim
 

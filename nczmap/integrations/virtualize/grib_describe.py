@@ -18,7 +18,7 @@ import numpy as np
 
 from nczmap.errors import FormatError
 from nczmap.format.gribcodec import _LOCK as ECCODES_LOCK
-from nczmap.format.gribcodec import MISSING
+from nczmap.format.gribcodec import MISSING, import_eccodes
 from nczmap.integrations.virtualize.grib_messages import Message
 
 EPOCH = datetime.datetime(1970, 1, 1)
@@ -165,8 +165,7 @@ class _Handle:
     array when the key has several)."""
 
     def __init__(self, message: Message, name: str) -> None:
-        import eccodes
-
+        eccodes = import_eccodes()
         self.eccodes = eccodes
         self.message = message
         self.name = name
