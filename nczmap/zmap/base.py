@@ -60,6 +60,7 @@ import contextlib
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import ClassVar
 
 from nczmap.concurrency import LOCAL_WIDTH, WIDTH, run_all
@@ -83,6 +84,19 @@ def as_buffer(key: str, data: object) -> memoryview:
     if not view.contiguous:
         raise DataError(f"write of {key!r}: data must be a contiguous buffer")
     return view.cast("B") if view.ndim != 1 or view.format != "B" else view
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Where the bytes of one object are: ``length`` bytes at ``offset`` of the file or object at ``url``
+    (``file:///path`` or ``s3://bucket/key``), what a manifest refers to instead of copying them."""
+
+    key: str  # the object's key in the map
+    url: str
+    offset: int
+    length: int
+    stamp: dict  # what recognises the file or object at ``url`` unchanged: size and mtime (ns), or ETag
+    problem: str | None = None  # why the bytes are not the object's as stored (a compressed zip member)
 
 
 class Latency(enum.Enum):
@@ -231,6 +245,17 @@ class ZMap(ABC):
     def objects(self, prefix: str = ROOT) -> Iterator[str]:
         """Every content-bearing key below ``prefix`` in :meth:`walk` order."""
         return (key for key in self.walk(prefix) if self.exists(key))
+
+    def byte_ranges(self, prefix: str = ROOT) -> list[ByteRange]:
+        """Every object below ``prefix`` (in :meth:`walk` order) with where its bytes are, so that they can
+        be referred to where they lie (virtualizing a store); StorageError from a driver whose objects are
+        not byte ranges of files or objects (memory, manifests, Icechunk)."""
+        return [self._byte_range(key) for key in self.objects(prefix)]
+
+    def _byte_range(self, key: str) -> ByteRange:
+        raise StorageError(
+            f"{self.location}: the {self.driver} driver cannot say where the bytes of its objects are"
+        )
 
     @property
     def location(self) -> str:

@@ -44,7 +44,7 @@ from nczmap.errors import (
 )
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
-from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap.base import STORE_MARKERS, ByteRange, ZMap
 from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_listable_name, normalize_key, sort_names
 
@@ -245,6 +245,15 @@ class FileMap(ZMap):
         if info is None:
             raise EmptyError(key, self.root)
         return info.st_size
+
+    def _byte_range(self, key: str) -> ByteRange:
+        from nczmap.manifest.containers import normalize
+
+        info = self._stat(key)
+        if info is None:
+            raise EmptyError(key, self.root)
+        url = normalize(os.path.join(self.root, key[1:]), None, links=False)
+        return ByteRange(key, url, 0, info.st_size, {"size": info.st_size, "mtime": info.st_mtime_ns})
 
     def _read(self, key: str, start: int, count: int | None) -> bytes:
         fd = self._open_object(key)

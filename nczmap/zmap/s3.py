@@ -15,9 +15,9 @@ import threading
 from nczmap.errors import AccessDenied, DatasetExists, DatasetNotFound, EmptyError, KeyNameError, StorageError
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
-from nczmap.zmap.base import STORE_MARKERS, Latency, ZMap
+from nczmap.zmap.base import STORE_MARKERS, ByteRange, Latency, ZMap
 from nczmap.zmap.index import KeyIndex
-from nczmap.zmap.keys import ROOT, sort_names
+from nczmap.zmap.keys import ROOT, is_valid_key, normalize_prefix, sort_names
 
 MAX_KEY_BYTES = 1024
 MULTIPART_BYTES = 32 << 20  # larger objects go up in parts (still atomic: visible only when complete)
@@ -96,6 +96,25 @@ class S3Map(ZMap):
             ]
         except Exception as exc:  # obstore raises builtins and its own classes
             raise self._error(exc, action) from exc
+
+    def byte_ranges(self, prefix: str = ROOT) -> list[ByteRange]:
+        """Every object below ``prefix`` from one listing (sizes and ETags included), in key order."""
+        import obstore
+
+        top = normalize_prefix(prefix)
+        listed = self._object(top) + "/" if top != ROOT else (self.root + "/" if self.root else None)
+        try:
+            metas = [meta for batch in obstore.list(self._store, prefix=listed) for meta in batch]
+        except Exception as exc:  # obstore raises builtins and its own classes
+            raise self._error(exc, "list") from exc
+        found = []
+        for meta in sorted(metas, key=lambda meta: meta["path"]):
+            key = self._key_of(meta["path"])
+            if not is_valid_key(key):
+                continue  # a name no key can spell is never listed (as search does)
+            stamp = {"size": int(meta["size"]), **({"etag": meta["e_tag"]} if meta.get("e_tag") else {})}
+            found.append(ByteRange(key, f"s3://{self.bucket}/{meta['path']}", 0, int(meta["size"]), stamp))
+        return found
 
     # ----------------------------------------------------------------- primitives
     def _exists(self, key: str) -> bool:

@@ -42,7 +42,7 @@ from nczmap.errors import (
 )
 from nczmap.url import ParsedURL
 from nczmap.zmap import locking
-from nczmap.zmap.base import STORE_MARKERS, ZMap
+from nczmap.zmap.base import STORE_MARKERS, ByteRange, ZMap
 from nczmap.zmap.byteranges import read_exact
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, TEMP_PREFIX, is_valid_key
@@ -192,6 +192,21 @@ class ZipMap(ZMap):
         if member.compress_type == zipfile.ZIP_STORED and not member.flag_bits & 0x1:
             return self._read_stored(key, member, start, count)
         return self._read_compressed(member, start, count)
+
+    def _byte_range(self, key: str) -> ByteRange:
+        from nczmap.manifest.containers import normalize
+
+        member = self._member(key)
+        url = normalize(self.path, None, links=False)
+        if isinstance(member, Staged):
+            return ByteRange(key, url, 0, member.size, {}, "it is not written to the archive yet")
+        stamp = {"size": self._size, "mtime": os.fstat(self._fd).st_mtime_ns}
+        if member.flag_bits & 0x1:
+            return ByteRange(key, url, 0, member.file_size, stamp, "its zip member is encrypted")
+        if member.compress_type != zipfile.ZIP_STORED:
+            why = f"its zip member is compressed (method {member.compress_type}), not stored"
+            return ByteRange(key, url, 0, member.file_size, stamp, why)
+        return ByteRange(key, url, self._data_offset(member), member.file_size, stamp)
 
     def _read_staged(self, member: Staged, start: int, count: int | None) -> bytes:
         available = max(0, member.size - start)

@@ -61,6 +61,7 @@ PARSERS = {
     "netcdf3": "nczmap.integrations.virtualize.netcdf3",
     "tiff": "nczmap.integrations.virtualize.tiff",
     "grib": "nczmap.integrations.virtualize.grib",
+    "zarr": "nczmap.integrations.virtualize.stores",  # NCZarr and Zarr stores (zip archives sniffed)
 }
 
 

@@ -15,17 +15,16 @@ committed) only when everything is written, so a failure leaves the dataset as i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from nczmap.errors import FormatError
-from nczmap.format import Dimension, Group
+from nczmap.format import Group
 from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, Plan
 from nczmap.integrations.virtualize.encodings import digest
-from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage
+from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage, model_of
 
 RECORD = "virtualize"  # the key of the record in nczmap's manifest extension and in commit metadata
 VERSION = 1
@@ -145,44 +144,17 @@ def options_for(join: Join, skip_mismatched: bool) -> CombineOptions:
 def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
     """The dataset as the first parsed "file" of a join: its model, each variable's storage of kind
     ``existing`` (its own layout; ``values()`` reads it back; the digest of its values, if recorded)."""
-    root = Group("/", None)
-    _copy_groups(dataset, root)
-    _copy_variables(dataset, root, source, untyped=not dataset.dialect.is_nczarr)
-    for group in root.walk():
-        for variable in group.variables.values():
-            variable.storages[0].digest = join.digests.get(variable.key)
+
+    def existing(variable, shape: tuple[int, ...]) -> Storage:
+        layout = variable.layout
+        storage = Storage(source, "existing", shape, tuple(layout.chunks), list(layout.codecs.configs))
+        storage.values = _Existing(variable)
+        storage.digest = join.digests.get(variable.key)
+        return storage
+
+    root = model_of(dataset, existing, untyped=not dataset.dialect.is_nczarr)
     refusals = [Refusal(key, "it was left out when the dataset was made", source) for key in join.refused]
     return ParsedFile(source, root, refusals, format="existing")
-
-
-def _copy_groups(source: Group, target: Group) -> None:
-    target.attrs.load({attribute.name: attribute for attribute in source.attrs.all_typed()})
-    for name, dimension in source.dimensions.items():
-        target.dimensions[name] = Dimension(name, dimension.size, dimension.unlimited, target)
-    for name, child in source.groups.items():
-        copy = target.groups[name] = Group(name, target)
-        _copy_groups(child, copy)
-
-
-def _copy_variables(source: Group, target: Group, where: str, untyped: bool) -> None:
-    for name, variable in source.variables.items():
-        dims = [target.root.find_dimension(dim.path) for dim in variable.dims]
-        layout = dataclasses.replace(variable.layout)
-        shape = tuple(d.size for d in dims)
-        storage = Storage(
-            where,
-            "existing",
-            shape,
-            tuple(layout.chunks),
-            list(layout.codecs.configs),
-            values=_Existing(variable),
-        )
-        copy = SourceVariable(target, name, dims, layout, storage)
-        copy.attrs.load({attribute.name: attribute for attribute in variable.attrs.all_typed()})
-        copy.untyped = untyped
-        target.variables[name] = copy
-    for name, child in source.groups.items():
-        _copy_variables(child, target.groups[name], where, untyped)
 
 
 class _Existing:

@@ -103,6 +103,7 @@ def plan(parsed: list[ParsedFile], options: CombineOptions) -> Plan:
     typed = not any(v.untyped for g in first.root.walk() for v in g.variables.values())
     others = [(p.source, p.model) for p in parsed[1:] if p.like is not first]
     notes += encodings.notes(first.root, others, typed)
+    notes += [note for file in parsed for note in file.notes]
     result = Plan(first.root, [], list(first.refused), [p.source for p in parsed], skipped, notes)
     variables = [v for g in first.root.walk() for v in g.variables.values()]
     if concat is not None:

@@ -31,7 +31,8 @@ from nczmap.zmap import open_map
 from nczmap.zmap.keys import normalize_key
 
 SMALL_CHUNK = 100  # chunks smaller than this are kept in the manifest: a reference would cost more
-Entry = tuple[int, int] | bytes  # a byte range of the source, or the chunk's bytes
+# a byte range of the source (and the chunk's number in a chunked storage), or the chunk's bytes
+Entry = tuple[int, int, int | None] | bytes
 
 
 def manifest_url(destination: str | os.PathLike[str], sources: list[SourceFile]) -> ParsedURL:
@@ -125,7 +126,7 @@ def write(
                 progress(min(done, total), total)
         for file in files:
             file.check_unchanged()  # raising here abandons the manifest unwritten
-            zmap.manifest.sources[file.url] = file.recorded()
+            zmap.manifest.sources.update(file.recorded_sources())
         if len(set(result.formats)) == 1:  # ncdump prints netCDF-3 text and netCDF-4 strings apart
             zmap.manifest.source_format = result.formats[0]
         zmap.manifest.virtualize = record
@@ -144,7 +145,7 @@ def _reference_chunked(
     manifest, at once: as references, or written into it when smaller than SMALL_CHUNK."""
     if not storages:
         return
-    indices, offsets, sizes, owners = _chunk_columns(variable, storages)
+    indices, offsets, sizes, owners, numbers = _chunk_columns(variable, storages)
     separator = dest.layout.separator
     names = [separator.join(map(str, row)) for row in indices.tolist()]
     if indices.shape[1] == 0:
@@ -152,31 +153,35 @@ def _reference_chunked(
     small = sizes < SMALL_CHUNK
     if small.any():
         for at in np.flatnonzero(small).tolist():
-            data = _held(storages[owners[at]][0], int(offsets[at]), int(sizes[at]))
+            data = _held(storages[owners[at]][0], int(numbers[at]))
             if data is None:  # a remote source's bytes not fetched yet: a reference costs no request
                 small[at] = False
                 continue
             zmap.write(f"{dest.key}/{names[at]}", data)
         result.inline += int(small.sum())
         names = [name for name, tiny in zip(names, small.tolist(), strict=True) if not tiny]
-        offsets, sizes, owners = offsets[~small], sizes[~small], owners[~small]
-    sources = [urls[storage.source] for storage, _ in storages]
-    owned = owners.tolist()
+        offsets, sizes, owners, numbers = offsets[~small], sizes[~small], owners[~small], numbers[~small]
+    owned, numbered = owners.tolist(), numbers.tolist()
+    located = [_chunk_url(storages[o][0], n, urls) for o, n in zip(owned, numbered, strict=True)]
     offsets, sizes = offsets.tolist(), sizes.tolist()
-    result.references += zmap.set_chunk_references(
-        dest.key, names, [sources[i] for i in owned], offsets, sizes
-    )
+    result.references += zmap.set_chunk_references(dest.key, names, located, offsets, sizes)
     if checksums:
         from nczmap.checksum import crc32c
 
-        for name, owner, offset, size in zip(names, owned, offsets, sizes, strict=True):
+        for name, owner, number in zip(names, owned, numbered, strict=True):
             key = normalize_key(f"{dest.key}/{name}")[1:]
-            zmap.manifest.checksums[key] = crc32c(storages[owner][0].read(offset, size))
+            zmap.manifest.checksums[key] = crc32c(storages[owner][0].chunk_bytes(number))
+
+
+def _chunk_url(storage: Storage, number: int, urls: dict[str, str]) -> str:
+    """Where chunk ``number`` of ``storage`` lies: its own file or object (a store's), else the source."""
+    return storage.locations[number] if storage.locations is not None else urls[storage.source]
 
 
 def _chunk_columns(variable: SourceVariable, storages: list[tuple[Storage, int]]):
     """The chunks of chunked ``storages`` (with their shifts along the joined axis) inside their shapes,
-    all at once: (chunk indices in the result, offsets, sizes, the number of each one's storage)."""
+    all at once: (chunk indices in the result, offsets, sizes, the number of each one's storage, each
+    one's number in its storage)."""
     ndim = len(storages[0][0].chunks)
     counts = [len(storage.offsets) for storage, _ in storages]
     corners = np.frombuffer(b"".join(storage.corners for storage, _ in storages), dtype=np.int64)
@@ -184,36 +189,41 @@ def _chunk_columns(variable: SourceVariable, storages: list[tuple[Storage, int]]
     offsets = np.frombuffer(b"".join(storage.offsets for storage, _ in storages), dtype=np.int64)
     sizes = np.frombuffer(b"".join(storage.sizes for storage, _ in storages), dtype=np.int64)
     owners = np.repeat(np.arange(len(storages)), counts)
-    shapes = np.asarray([storage.shape for storage, _ in storages], dtype=np.int64).reshape(-1, ndim)
+    numbers = np.arange(sum(counts)) - np.repeat(np.cumsum([0, *counts[:-1]]), counts)
+    shapes = np.asarray([storage.shape for storage, _ in storages], dtype=np.int64)
+    shapes = shapes.reshape(len(storages), ndim)
     inside = (corners < shapes[owners]).all(axis=1)  # beyond a shrunk dataset's extent: never read
     if not inside.all():
-        corners, offsets, sizes, owners = corners[inside], offsets[inside], sizes[inside], owners[inside]
+        corners, offsets, sizes = corners[inside], offsets[inside], sizes[inside]
+        owners, numbers = owners[inside], numbers[inside]
     indices = corners // np.asarray(variable.layout.chunks, dtype=np.int64)
     if variable.axis is not None:
         indices[:, variable.axis] += np.asarray([shift for _, shift in storages], dtype=np.int64)[owners]
-    return indices, offsets, sizes, owners
+    return indices, offsets, sizes, owners, numbers
 
 
-def _entries_written(variable: SourceVariable, storage: Storage, shift: int, dest, zmap, result):
-    """Every chunk of ``storage``: small ones written into the manifest, the others' references
-    ``(key, offset, length)`` returned."""
+def _entries_written(
+    variable: SourceVariable, storage: Storage, shift: int, dest, zmap, result, url: str, checksums=None
+) -> list[tuple[str, int, int, str]]:
+    """Every chunk of ``storage`` (in the source at ``url``): small ones written into the manifest, the
+    others' references ``(key, offset, length, url)`` returned (a store's chunks each in its own file);
+    with ``checksums`` (a manifest's), the crc32c of each referenced range recorded there."""
     references = []
     for index, entry in _entries(variable, storage, shift):
         key = dest.chunk_key(index)
         if isinstance(entry, bytes):
             zmap.write(key, entry)
             result.inline += 1
-        else:
-            references.append((key, *entry))
+            continue
+        offset, length, number = entry
+        located = storage.locations is not None and number is not None
+        references.append((key, offset, length, storage.locations[number] if located else url))
+        if checksums is not None:
+            from nczmap.checksum import crc32c
+
+            data = storage.chunk_bytes(number) if located else storage.read(offset, length)
+            checksums[normalize_key(key)[1:]] = crc32c(data)
     return references
-
-
-def _record_checksums(manifest, storage: Storage, references: list[tuple[str, int, int]]) -> None:
-    """The crc32c of each referenced range, under its key in ``manifest.checksums``."""
-    from nczmap.checksum import crc32c
-
-    for key, offset, length in references:
-        manifest.checksums[normalize_key(key)[1:]] = crc32c(storage.read(offset, length))
 
 
 def _authorize_sources(sources: list[str], containers, what: str) -> dict[str, str]:
@@ -306,13 +316,16 @@ def _entries(
         yield from _contiguous_entries(variable, storage, shift)
 
 
-def _held(storage: Storage, offset: int, size: int) -> bytes | None:
-    """The bytes of a small chunk, to keep in the manifest: read from a local source; None for a remote
-    one, whose chunk is then referenced (fetching it would be a request a file more; and whether its bytes
-    happen to be held by then depends on a cache, which would make the manifest depend on it)."""
-    if isinstance(getattr(storage.read, "__self__", None), RemoteFile):  # the parser gave its source's read
+def _held(storage: Storage, number: int) -> bytes | None:
+    """The bytes of small chunk ``number``, to keep in the manifest: read from a local source; None for a
+    remote one, whose chunk is then referenced (fetching it would be a request a file more; and whether
+    its bytes happen to be held by then depends on a cache, which would make the manifest depend on it)."""
+    reader = storage.read_chunk if storage.locations is not None else storage.read
+    if reader is None or getattr(reader, "remote", False):
         return None
-    return storage.read(offset, size)
+    if isinstance(getattr(reader, "__self__", None), RemoteFile):  # the parser gave its source's read
+        return None
+    return storage.chunk_bytes(number)
 
 
 def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int):
@@ -327,8 +340,8 @@ def _chunked_entries(variable: SourceVariable, storage: Storage, shift: int):
         if axis is not None:
             index[axis] += shift
         size, offset = storage.sizes[number], storage.offsets[number]
-        data = _held(storage, offset, size) if size < SMALL_CHUNK else None
-        yield tuple(index), (data if data is not None else (offset, size))
+        data = _held(storage, number) if size < SMALL_CHUNK else None
+        yield tuple(index), (data if data is not None else (offset, size, number))
 
 
 def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int):
@@ -359,14 +372,14 @@ def _contiguous_entries(variable: SourceVariable, storage: Storage, shift: int):
                 storage.read(start, length) + _fill_bytes(variable, (whole - length) // itemsize),
             )
         else:
-            yield tuple(index), (start, length)
+            yield tuple(index), (start, length, None)
 
 
 def _scalar_entry(storage: Storage, itemsize: int):
     if itemsize < SMALL_CHUNK:
         yield (), storage.read(storage.offset, itemsize)
     else:
-        yield (), (storage.offset, itemsize)
+        yield (), (storage.offset, itemsize, None)
 
 
 def _fill_bytes(variable: SourceVariable, count: int) -> bytes:
@@ -397,8 +410,9 @@ def write_icechunk(
 
     containers = as_containers(grants)
     urls = _authorize_sources(plan.sources, containers, "repository")
-    checksums = {file.url: checksum(file.recorded()) for file in files}
+    checksums = {url: checksum(stamp) for file in files for url, stamp in file.recorded_sources().items()}
     zmap = open_map(url, "w", containers=containers, virtual_containers=containers)
+    _fill_attributes(plan.variables)
     with _open_target(zmap, url, netcdf_version) as target:
         variables = _write_model(plan, target, result)
         keep_codecs(target, [variable for variable in variables if not variable.load])
@@ -409,9 +423,9 @@ def write_icechunk(
                 _write_loaded(variable, dest, result)
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
-                source = urls[storage.source]
-                for key, offset, length in _entries_written(variable, storage, shift, dest, zmap, result):
-                    zmap.set_virtual_ref(key, source, offset, length, checksum=checksums.get(source))
+                written = _entries_written(variable, storage, shift, dest, zmap, result, urls[storage.source])
+                for key, offset, length, at in written:
+                    zmap.set_virtual_ref(key, at, offset, length, checksum=checksums.get(at))
                     result.references += 1
             if progress is not None:
                 progress(result.references + result.inline, result.references + result.inline)
@@ -419,6 +433,15 @@ def write_icechunk(
             file.check_unchanged()  # raising here discards the session: nothing is committed
         zmap.commit_metadata = _commit_metadata(record)
         result.variables = len(variables)
+
+
+def _fill_attributes(variables: list[SourceVariable]) -> None:
+    """A ``_FillValue`` attribute for the variables of pure Zarr v2 sources that mean their fill value as
+    one: Zarr v3 readers (xarray) take only the attribute as the value meaning "missing"."""
+    for variable in variables:
+        fill = variable.layout.fill_value
+        if variable.fill_is_missing and "_FillValue" not in variable.attrs and fill is not None:
+            variable.attrs.set("_FillValue", np.asarray([fill], dtype=variable.layout.dtype.storage))
 
 
 def _commit_metadata(record: dict | None) -> dict | None:
@@ -457,7 +480,7 @@ def write_appended(
     if icechunk:
         from nczmap.zmap.icechunk import checksum
 
-        stamps = {file.url: checksum(file.recorded()) for file in files}
+        stamps = {url: checksum(stamp) for file in files for url, stamp in file.recorded_sources().items()}
     for variable in plan.variables:
         dest = _counterpart(dataset, variable)
         pairs = [
@@ -474,16 +497,16 @@ def write_appended(
                 _write_new_values(variable, dest, result)
         elif icechunk:
             for storage, shift in pairs:
-                source = urls[storage.source]
-                for key, offset, length in _entries_written(variable, storage, shift, dest, zmap, result):
-                    zmap.set_virtual_ref(key, source, offset, length, checksum=stamps.get(source))
+                written = _entries_written(variable, storage, shift, dest, zmap, result, urls[storage.source])
+                for key, offset, length, at in written:
+                    zmap.set_virtual_ref(key, at, offset, length, checksum=stamps.get(at))
                     result.references += 1
         else:
             _reference(variable, pairs, dest, zmap, urls, result, checksums)
     for file in files:
         file.check_unchanged()  # raising here abandons the append: nothing is saved or committed
         if not icechunk:
-            zmap.manifest.sources[file.url] = file.recorded()
+            zmap.manifest.sources.update(file.recorded_sources())
     result.variables = len(plan.variables)
 
 
@@ -495,10 +518,15 @@ def _reference(variable: SourceVariable, pairs, dest, zmap, urls, result, checks
         _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)
         pairs = [(storage, shift) for storage, shift in pairs if storage.kind != "chunked"]
     for storage, shift in pairs:
-        references = _entries_written(variable, storage, shift, dest, zmap, result)
-        result.references += zmap.set_references(urls[storage.source], references)
-        if checksums:
-            _record_checksums(zmap.manifest, storage, references)
+        sums: dict[str, int] | None = {} if checksums else None
+        written = _entries_written(variable, storage, shift, dest, zmap, result, urls[storage.source], sums)
+        by_url: dict[str, list[tuple[str, int, int]]] = {}
+        for key, offset, length, at in written:
+            by_url.setdefault(at, []).append((key, offset, length))
+        for at, references in by_url.items():
+            result.references += zmap.set_references(at, references)
+        if sums:  # after the references, which drop what was recorded for their keys
+            zmap.manifest.checksums.update(sums)
 
 
 def _grow(plan: Plan, dataset: Dataset) -> None:

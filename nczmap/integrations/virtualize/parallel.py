@@ -113,6 +113,10 @@ def parser_for(file: SourceFile, parsers: Mapping[str, str]):
     recognised there wins over one whose sniffer would need bytes beyond them (HDF5 looks for its
     signature at 512, 1024... up to the end of the file, 8 requests for a 30 MB COG); only when none is
     recognised are the sniffers run again with reads."""
+    from nczmap.integrations.virtualize.stores import StoreSource
+
+    if isinstance(file, StoreSource):  # a directory or prefix: read as a store, never sniffed
+        return importlib.import_module(parsers["zarr"])
     modules = [importlib.import_module(name) for name in parsers.values()]
     if isinstance(file, RemoteFile):
         file.read_head(0, 8)  # the first read
@@ -312,6 +316,9 @@ def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile]:
 def _spec(file: SourceFile) -> tuple[str, dict, RequestPolicy | None]:
     """How another process makes ``file`` again: its URL (``file://`` with the real path, or as given),
     what is known of it (a remote source's size and ETag) and its request policy."""
+    opening = getattr(file, "opening", None)  # a store, as it was named (its fragment's modes)
+    if opening:
+        return opening, {}, None
     if isinstance(file, LocalFile):
         return file.url, {}, None
     return file.shown, file.known(), getattr(file, "policy", None)

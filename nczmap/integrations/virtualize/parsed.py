@@ -36,6 +36,7 @@ is then loaded through ``values()`` when the parser gives one, refused otherwise
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nczmap.errors import FormatError
-from nczmap.format import Group, Variable
+from nczmap.format import Dimension, Group, Variable
 from nczmap.format.codecs import CodecChain
 from nczmap.format.types import NCType, ParsedDtype
 from nczmap.format.variable import ArrayLayout
@@ -94,6 +95,10 @@ class Storage:
     offsets: array = field(default_factory=lambda: array("q"))
     sizes: array = field(default_factory=lambda: array("q"))
     read: Callable[[int, int], bytes] | None = None  # the source's bytes (small chunks are inlined)
+    # chunked, a store's: the file or object each chunk lies in (else all in ``source``), and chunk
+    # ``number``'s bytes (small chunks inlined, checksums)
+    locations: list[str] | None = None
+    read_chunk: Callable[[int], bytes] | None = None
     values: Callable[[], object] | None = None  # the whole array as a numpy array (loading)
     digest: str | None = None  # existing: the recorded digest of its values (see encodings.digest)
 
@@ -108,6 +113,13 @@ class Storage:
         self.corners.extend(corner)
         self.offsets.append(offset)
         self.sizes.append(size)
+
+    def chunk_bytes(self, number: int) -> bytes:
+        """The bytes of chunk ``number``."""
+        if self.locations is not None:
+            assert self.read_chunk is not None, "located chunks without a reader"
+            return self.read_chunk(number)
+        return self.read(self.offsets[number], self.sizes[number])
 
     @property
     def chunk_count(self) -> int:
@@ -128,6 +140,8 @@ class SourceVariable(Variable):
         self.coding: str | None = None  # "retimed" or "decoded": files' encodings made to agree
         self.rewrite = False  # appending: every value written again (else only the new files' values)
         self.untyped = False  # its attributes' types are not known (read from pure Zarr: JSON numbers)
+        # pure Zarr v2: its fill value is what xarray takes as its _FillValue (no attribute says so)
+        self.fill_is_missing = False
 
 
 @dataclass
@@ -142,6 +156,7 @@ class ParsedFile:
     fingerprint: object = None  # what ``parse_twin`` compares other files with (picklable); None: no twins
     like: ParsedFile | None = None  # a twin's first file, whose model it shares
     storages: dict[str, Storage] = field(default_factory=dict)  # a twin's: variable path -> its storage
+    notes: list[str] = field(default_factory=list)  # what the result should say of this source
 
     @property
     def model(self) -> Group:
@@ -155,6 +170,39 @@ class ParsedFile:
         """Release what the parser keeps open for reading values and small chunks later."""
         while self.closers:
             self.closers.pop()()
+
+
+def model_of(
+    dataset: Group, storage_of: Callable[[Variable, tuple[int, ...]], Storage], untyped: bool
+) -> Group:
+    """The model of a dataset nczmap reads (a store, or the virtual dataset appended to): its groups,
+    dimensions and attributes copied, each variable a :class:`SourceVariable` of its own layout whose one
+    storage is ``storage_of(variable, shape)``. ``untyped``: its attributes' types are not known."""
+    root = Group("/", None)
+    _copy_groups(dataset, root)
+    _copy_variables(dataset, root, storage_of, untyped)
+    return root
+
+
+def _copy_groups(source: Group, target: Group) -> None:
+    target.attrs.load({attribute.name: attribute for attribute in source.attrs.all_typed()})
+    for name, dimension in source.dimensions.items():
+        target.dimensions[name] = Dimension(name, dimension.size, dimension.unlimited, target)
+    for name, child in source.groups.items():
+        copy = target.groups[name] = Group(name, target)
+        _copy_groups(child, copy)
+
+
+def _copy_variables(source: Group, target: Group, storage_of, untyped: bool) -> None:
+    for name, variable in source.variables.items():
+        dims = [target.root.find_dimension(dim.path) for dim in variable.dims]
+        storage = storage_of(variable, tuple(d.size for d in dims))
+        copy = SourceVariable(target, name, dims, dataclasses.replace(variable.layout), storage)
+        copy.attrs.load({attribute.name: attribute for attribute in variable.attrs.all_typed()})
+        copy.untyped = untyped
+        target.variables[name] = copy
+    for name, child in source.groups.items():
+        _copy_variables(child, target.groups[name], storage_of, untyped)
 
 
 def find_group(root: Group, path: str) -> Group | None:

@@ -120,6 +120,12 @@ def _expand(source: str | os.PathLike[str], policy: RequestPolicy | None) -> lis
     if _is_http(text):
         return [(source, {})]
     url = _parse(text)
+    if url.driver in ("file", "zip") and glob.has_magic(url.path):
+        _, sep, fragment = text.partition("#")
+        matches = sorted(glob.glob(url.path))
+        if not matches:
+            raise FormatError(f"no file matches {text!r}")
+        return [(f"file://{match}{sep}{fragment}", {}) for match in matches]
     folder = text.partition("#")[0].endswith("/")
     if url.on_s3 and (folder or not url.path or glob.has_magic(url.path)):
         return _s3_matches(url, text, policy)
@@ -193,6 +199,11 @@ def source_file(
     process that read it first, knows of a remote source) make its reads conditional from the first;
     ``options`` are an S3 source's endpoint options (a container's) beyond its URL's."""
     text = os.fspath(source)
+    from nczmap.integrations.virtualize.stores import store_source  # stores are sources of their own
+
+    store = store_source(text, text)
+    if store is not None:
+        return store
     if isinstance(source, os.PathLike) or "://" not in text:
         return LocalFile(os.path.realpath(text), text)
     if text.startswith("file://"):
@@ -277,6 +288,11 @@ class SourceFile:
         """What the manifest records to recognise a changed source (size and modification time, or size
         and ETag)."""
         raise NotImplementedError
+
+    def recorded_sources(self) -> dict[str, dict]:
+        """What the manifest records of each file or object its references point into, by URL: this
+        source's :meth:`recorded` (a store's chunk files each have their own)."""
+        return {self.url: self.recorded()}
 
     def check_unchanged(self) -> None:
         """StorageError if the source changed while it was read."""

@@ -1,0 +1,319 @@
+"""Zarr and NCZarr stores as virtualize sources: stores written by zarr-python (Zarr v2 and v3), xarray and
+nczmap itself, in directories, zip archives and S3, virtualized alone and joined; the manifests read by
+nczmap, xarray and fsspec + zarr-python equal the stores as xarray reads them, and refer into the stores."""
+
+from __future__ import annotations
+
+import json
+import warnings
+import zipfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+from test_virtualize import manifest_url
+
+import nczmap
+from nczmap.errors import NCZError, StorageError
+from nczmap.integrations.virtualize import virtualize
+from nczmap.integrations.virtualize.stores import chunk_index
+
+DAYS = 3
+
+
+def day_dataset(day: int) -> xr.Dataset:
+    """One day of a model run: a time coordinate in units of its own day, a field chunked in tiles with
+    missing values, a grid."""
+    rng = np.random.default_rng(day)
+    field = rng.normal(280, 5, (2, 40, 60)).astype("f4")
+    field[0, :3, :3] = np.nan
+    dataset = xr.Dataset(
+        {"temp": (("time", "y", "x"), field, {"units": "K", "long_name": "temperature"})},
+        coords={
+            "time": (
+                "time",
+                np.array([0.0, 1.0]),
+                {"units": f"hours since 2024-03-{day + 1:02d}"},
+            ),
+            "y": ("y", np.linspace(40, 50, 40)),
+            "x": ("x", np.linspace(0, 15, 60)),
+        },
+        attrs={"title": "run"},
+    )
+    dataset["temp"].encoding = {"chunks": (1, 20, 30), "_FillValue": np.float32(-999)}
+    return dataset
+
+
+def write_days(folder: Path, zarr_format: int) -> list[Path]:
+    paths = []
+    for day in range(DAYS):
+        path = folder / f"run-{day}.zarr"
+        day_dataset(day).to_zarr(path, zarr_format=zarr_format, consolidated=False)
+        paths.append(path)
+    return paths
+
+
+def joined(stores: list[Path], **options) -> xr.Dataset:
+    """The oracle: the stores read one by one by xarray (``options``: its engine), joined along time."""
+    return xr.concat([xr.open_dataset(path, **options).load() for path in stores], dim="time")
+
+
+def open_manifest(refs: Path, result) -> xr.Dataset:
+    return xr.open_dataset(
+        manifest_url(refs), engine="nczmap", backend_kwargs={"map_options": {"containers": result.containers}}
+    )
+
+
+def open_with_fsspec(refs: Path) -> xr.Dataset:
+    """The manifest as xarray's own zarr backend reads it through fsspec (no nczmap)."""
+    import fsspec
+
+    mapper = fsspec.filesystem("reference", fo=str(refs)).get_mapper("")
+    return xr.open_dataset(mapper, engine="zarr", consolidated=False, zarr_format=2)
+
+
+def referenced(refs: Path) -> list[str]:
+    if refs.suffix == ".json":
+        return [v[0] for v in json.loads(refs.read_text())["refs"].values() if isinstance(v, list)]
+    with nczmap.open_map(manifest_url(refs)) as zmap:
+        return [zmap.reference(f"/temp/{i}.0.0").url for i in range(2 * DAYS)]
+
+
+# ------------------------------------------------------------------------ zarr-python and xarray stores
+@pytest.mark.parametrize("zarr_format", [2, 3])
+@pytest.mark.parametrize("suffix", [".json", ".parq"])
+def test_stores_xarray_wrote_joined_read_as_xarray_reads_them(tmp_path, zarr_format, suffix):
+    stores = write_days(tmp_path, zarr_format)
+    refs = tmp_path / f"month{suffix}"
+    result = virtualize([str(p) for p in stores], refs, concat="time")
+    assert not result.refused and result.formats == ["zarr"] * DAYS
+    with open_manifest(refs, result) as ours:  # as nczmap reads the stores (as netcdf-c does)
+        xr.testing.assert_identical(ours.load(), joined(stores, engine="nczmap"))
+    if suffix == ".json":  # as xarray's zarr backend reads them: fill values masked, times decoded
+        with open_with_fsspec(refs) as theirs:
+            expected = joined(stores, engine="zarr", consolidated=False)
+            xr.testing.assert_equal(theirs.load(), expected)
+            assert theirs["temp"].attrs["units"] == "K" and np.isnan(theirs["temp"].values[0, 0, 0])
+    assert all(url.startswith(tmp_path.as_uri() + "/run-") for url in referenced(refs))
+    assert result.references >= DAYS * 2 * 4, "every chunk of temp is a reference"
+
+
+def test_zarr_python_reads_the_manifest_without_nczmap(tmp_path):
+    import fsspec
+
+    stores = write_days(tmp_path, 3)
+    refs = tmp_path / "month.json"
+    virtualize([str(p) for p in stores], refs, concat="time")
+    mapper = fsspec.filesystem("reference", fo=str(refs)).get_mapper("")
+    group = zarr.open_group(mapper, mode="r", zarr_format=2)
+    raw = xr.concat([xr.open_zarr(p, decode_cf=False, consolidated=False) for p in stores], dim="time")
+    np.testing.assert_array_equal(group["temp"][...], raw["temp"].values)
+    assert group["time"].attrs["units"] == "hours since 2024-03-01"
+    np.testing.assert_array_equal(group["time"][...], [0, 1, 24, 25, 48, 49])  # re-encoded in one unit
+
+
+def test_missing_chunks_stay_missing_and_read_as_the_fill_value(tmp_path):
+    path = tmp_path / "sparse.zarr"
+    group = zarr.open_group(path, mode="w", zarr_format=2)
+    array = group.create_array("v", shape=(40, 40), chunks=(10, 10), dtype="i2", fill_value=-7)
+    array.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    array[10:20, 20:30] = 5  # one chunk of sixteen written
+    refs = tmp_path / "refs.json"
+    result = virtualize([str(path)], refs)
+    chunks = [key for key in json.loads(refs.read_text())["refs"] if key.startswith("v/") and "/." not in key]
+    assert chunks == ["v/1.2"]
+    expected = np.full((40, 40), -7, "i2")
+    expected[10:20, 20:30] = 5
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        np.testing.assert_array_equal(ds.variables["v"][...], expected)
+
+
+def test_chunk_keys_are_read_in_every_encoding():
+    from nczmap.format.variable import ArrayLayout
+
+    def layout(separator: str, prefix: str = "", scalar: bool = False) -> ArrayLayout:
+        return ArrayLayout((4, 6), (2, 3), None, None, None, separator, "C", scalar, prefix)
+
+    assert chunk_index("1.1", layout("."), [2, 2]) == (1, 1)
+    assert chunk_index("1/0", layout("/"), [2, 2]) == (1, 0)
+    assert chunk_index("c/1/0", layout("/", "c"), [2, 2]) == (1, 0)
+    assert chunk_index("c.1.0", layout(".", "c"), [2, 2]) == (1, 0)
+    for name in ("2.0", "1", "1.1.1", "01.1", "-1.0", "+1.0", ".zarray", "zarr.json", "1/1", "c/1/0"):
+        assert chunk_index(name, layout("."), [2, 2]) is None, name
+    assert chunk_index("0", layout(".", scalar=True), []) == ()
+    assert chunk_index("c", layout("/", "c", scalar=True), []) == ()
+    assert chunk_index("1", layout(".", scalar=True), []) is None
+
+
+# ----------------------------------------------------------------------------- nczmap's own stores, S3
+def write_nczarr(url: str, day: int) -> np.ndarray:
+    """An NCZarr store as nczmap (like netcdf-c) writes it: a day of a field, chunked by row."""
+    values = (np.arange(24 * 30, dtype="i4").reshape(1, 24, 30) + 1000 * day).astype("i4")
+    with nczmap.create_dataset(url) as ds:
+        ds.create_dimension("time", 1)
+        ds.create_dimension("y", 24)
+        ds.create_dimension("x", 30)
+        ds.create_variable("time", ("time",), "f8", data=[float(day)]).attrs["units"] = (
+            "days since 2024-01-01"
+        )
+        ds.create_variable("v", ("time", "y", "x"), "i4", chunks=(1, 8, 30), data=values)
+    return values
+
+
+def test_stores_in_s3_are_referred_to_object_by_object(tmp_path, s3_server):
+    urls = [s3_server.url() for _ in range(2)]
+    expected = np.concatenate([write_nczarr(url, day) for day, url in enumerate(urls)])
+    refs = tmp_path / "refs.json"
+    result = virtualize(urls, refs, concat="time")
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        np.testing.assert_array_equal(ds.variables["v"][...], expected)
+    document = json.loads(refs.read_text())
+    located = {v[0] for k, v in document["refs"].items() if k.startswith("v/") and isinstance(v, list)}
+    prefixes = [url.split("#")[0].split("/", 3)[3] for url in urls]  # bucket/root
+    assert len(located) == 6 and all(any(f"s3://{p}/v/" in u for p in prefixes) for u in located)
+    recorded = document["nczmap"]["sources"]
+    assert set(located) <= set(recorded) and all("etag" in recorded[u] for u in located)
+
+
+def test_a_store_rewritten_after_it_was_virtualized_is_refused_by_reads(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    write_nczarr(f"file://{folder / 'day0.file'}#mode=nczarr,file", 0)
+    refs = tmp_path / "refs.json"
+    result = virtualize([str(folder / "day0.file")], refs)
+    chunk = folder / "day0.file" / "v" / "0.1.0"
+    chunk.write_bytes(chunk.read_bytes()[::-1])  # same size, new bytes and modification time
+    with (
+        nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds,
+        pytest.raises(StorageError, match=r"0\.1\.0 changed since the manifest was made"),
+    ):
+        ds.variables["v"][...]
+
+
+# -------------------------------------------------------------------------------------------- zip stores
+def zipped(directory: Path, target: Path, compression: int = zipfile.ZIP_STORED) -> Path:
+    with zipfile.ZipFile(target, "w", compression) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(directory).as_posix())
+    return target
+
+
+def test_a_zip_store_is_referred_to_inside_the_archive(tmp_path):
+    directory = tmp_path / "day.file"
+    expected = write_nczarr(f"file://{directory}#mode=nczarr,file", 0)
+    archive = zipped(directory, tmp_path / "day.zip")
+    refs = tmp_path / "refs.json"
+    result = virtualize([f"file://{archive}#mode=nczarr,zip"], refs)
+    references = [
+        v for k, v in json.loads(refs.read_text())["refs"].items() if k.startswith("v/") and k[2] != "."
+    ]
+    assert references and all(isinstance(v, list) and v[0] == archive.as_uri() for v in references)
+    with zipfile.ZipFile(archive) as opened:  # each reference is exactly the member's bytes
+        first = json.loads(refs.read_text())["refs"]["v/0.0.0"]
+        assert archive.read_bytes()[first[1] : first[1] + first[2]] == opened.read("v/0.0.0")
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        np.testing.assert_array_equal(ds.variables["v"][...], expected)
+
+
+def test_a_compressed_zip_member_is_loaded_never_referred_to(tmp_path):
+    directory = tmp_path / "day.file"
+    expected = write_nczarr(f"file://{directory}#mode=nczarr,file", 0)
+    archive = zipped(directory, tmp_path / "day.zip", zipfile.ZIP_DEFLATED)
+    refs = tmp_path / "refs.json"
+    result = virtualize([str(archive)], refs)
+    assert "/v" in result.loaded
+    assert not any(isinstance(v, list) for v in json.loads(refs.read_text())["refs"].values())
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        np.testing.assert_array_equal(ds.variables["v"][...], expected)
+
+
+# ---------------------------------------------------------------------- what a manifest cannot say
+def test_sharded_and_fortran_order_arrays_are_loaded_with_their_values(tmp_path):
+    path = tmp_path / "odd.zarr"
+    group = zarr.open_group(path, mode="w", zarr_format=3)
+    sharded = group.create_array("sharded", shape=(8, 8), chunks=(2, 2), shards=(4, 4), dtype="i2")
+    sharded[...] = np.arange(64).reshape(8, 8)
+    sharded.attrs["_ARRAY_DIMENSIONS"] = ["y", "x"]
+    v2 = zarr.open_group(tmp_path / "fortran.zarr", mode="w", zarr_format=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fortran = v2.create_array("f", shape=(6, 4), chunks=(3, 2), dtype="f8", order="F")
+    fortran[...] = np.arange(24.0).reshape(6, 4)
+    for source, name, expected in (
+        (path, "sharded", np.arange(64).reshape(8, 8)),
+        (tmp_path / "fortran.zarr", "f", np.arange(24.0).reshape(6, 4)),
+    ):
+        refs = tmp_path / f"{name}.json"
+        result = virtualize([str(source)], refs)
+        assert f"/{name}" in result.loaded, result
+        with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+            np.testing.assert_array_equal(ds.variables[name][...], expected)
+
+
+# ---------------------------------------------------------------------------- appends, Icechunk, CLI
+def test_a_day_appended_equals_the_days_joined_at_once(tmp_path):
+    stores = write_days(tmp_path, 3)
+    refs = tmp_path / "month.parq"
+    virtualize([str(p) for p in stores[:2]], refs, concat="time")
+    result = virtualize([str(stores[2])], refs, append=True)
+    with open_manifest(refs, result) as ours:
+        xr.testing.assert_identical(ours.load(), joined(stores, engine="nczmap"))
+
+
+def test_stores_into_an_icechunk_repository_read_by_icechunk_without_nczmap(tmp_path):
+    ic = pytest.importorskip("icechunk")
+    stores = write_days(tmp_path, 2)
+    repo = tmp_path / "repo"
+    result = virtualize([str(p) for p in stores], f"file://{repo}#mode=icechunk", concat="time")
+    config = ic.RepositoryConfig.default()
+    grant = tmp_path.as_uri() + "/"
+    config.set_virtual_chunk_container(
+        ic.VirtualChunkContainer(grant, ic.local_filesystem_store(str(tmp_path)))
+    )
+    repository = ic.Repository.open(
+        ic.local_filesystem_storage(str(repo)), config, authorize_virtual_chunk_access={grant: None}
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = xr.open_zarr(repository.readonly_session("main").store, consolidated=False).load()
+    xr.testing.assert_equal(theirs, joined(stores, engine="zarr", consolidated=False))
+    assert result.references > 0
+
+
+def test_the_command_expands_a_url_pattern_of_stores(tmp_path):
+    from test_virtualize import nczmap_command
+
+    write_days(tmp_path, 2)
+    refs = tmp_path / "month.json"
+    done = nczmap_command(
+        "virtualize", f"file://{tmp_path}/run-*.zarr#mode=zarr,file", refs, "--concat", "time"
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    with nczmap.open_dataset(manifest_url(refs), containers=[str(tmp_path) + "/"]) as ds:
+        assert ds.variables["temp"].shape == (2 * DAYS, 40, 60)
+
+
+def test_stores_parsed_in_other_processes_give_the_same_manifest(tmp_path):
+    stores = write_days(tmp_path, 2)
+    serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
+    virtualize([str(p) for p in stores], serial, concat="time")
+    with ProcessPoolExecutor(2) as pool:
+        virtualize([str(p) for p in stores], pooled, concat="time", executor=pool)
+    assert json.loads(serial.read_text())["refs"] == json.loads(pooled.read_text())["refs"]
+    assert (
+        json.loads(serial.read_text())["nczmap"]["sources"]
+        == json.loads(pooled.read_text())["nczmap"]["sources"]
+    )
+
+
+def test_what_is_no_store_is_refused_by_name(tmp_path):
+    with pytest.raises(NCZError, match="nowhere"):
+        virtualize([f"file://{tmp_path}/nowhere.zarr#mode=zarr,file"], tmp_path / "refs.json")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(NCZError, match="empty"):
+        virtualize([str(tmp_path / "empty")], tmp_path / "refs.json")
+    assert not (tmp_path / "refs.json").exists()
