@@ -5,6 +5,7 @@ nczmap, xarray and fsspec + zarr-python equal the stores as xarray reads them, a
 from __future__ import annotations
 
 import json
+import os
 import warnings
 import zipfile
 from concurrent.futures import ProcessPoolExecutor
@@ -317,3 +318,29 @@ def test_what_is_no_store_is_refused_by_name(tmp_path):
     with pytest.raises(NCZError, match="empty"):
         virtualize([str(tmp_path / "empty")], tmp_path / "refs.json")
     assert not (tmp_path / "refs.json").exists()
+
+
+def test_checksums_of_store_chunks_catch_a_chunk_rewritten_with_its_stamp_restored(tmp_path):
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    write_nczarr(f"file://{folder / 'day0.file'}#mode=nczarr,file", 0)
+    refs = tmp_path / "refs.json"
+    result = virtualize([str(folder / "day0.file")], refs, checksums=True)
+    chunk = folder / "day0.file" / "v" / "0.1.0"
+    info = chunk.stat()
+    chunk.write_bytes(chunk.read_bytes()[::-1])
+    os.utime(chunk, ns=(info.st_atime_ns, info.st_mtime_ns))  # size and modification time as they were
+    with (
+        nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds,
+        pytest.raises(StorageError, match="crc32c"),
+    ):
+        ds.variables["v"][...]
+
+
+def test_a_consolidated_store_is_virtualized_as_its_consolidated_metadata_says(tmp_path):
+    path = tmp_path / "consolidated.zarr"
+    day_dataset(0).to_zarr(path, zarr_format=2, consolidated=True)
+    refs = tmp_path / "refs.json"
+    result = virtualize([f"file://{path}#mode=zarr,consolidated,file"], refs)
+    with open_manifest(refs, result) as ours:
+        xr.testing.assert_identical(ours.load(), xr.open_dataset(path, engine="nczmap").load())
