@@ -344,3 +344,19 @@ def test_a_consolidated_store_is_virtualized_as_its_consolidated_metadata_says(t
     result = virtualize([f"file://{path}#mode=zarr,consolidated,file"], refs)
     with open_manifest(refs, result) as ours:
         xr.testing.assert_identical(ours.load(), xr.open_dataset(path, engine="nczmap").load())
+
+
+def test_a_pattern_of_s3_stores_names_the_stores_not_their_objects(tmp_path, s3_server):
+    import uuid
+
+    run = uuid.uuid4().hex
+    expected = np.concatenate([write_nczarr(s3_server.url(f"{run}/day{day}"), day) for day in range(3)])
+    write_nczarr(s3_server.url(f"{run}/other"), 9)  # beside them, not matched
+    pattern = s3_server.url(f"{run}/day*")
+    refs = tmp_path / "refs.json"
+    result = virtualize([pattern], refs, concat="time")
+    assert result.formats == ["zarr"] * 3
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        np.testing.assert_array_equal(ds.variables["v"][...], expected)
+    with pytest.raises(NCZError, match="no store matches"):
+        virtualize([s3_server.url(f"{run}/none*")], tmp_path / "none.json")

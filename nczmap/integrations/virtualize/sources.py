@@ -126,6 +126,10 @@ def _expand(source: str | os.PathLike[str], policy: RequestPolicy | None) -> lis
         if not matches:
             raise FormatError(f"no file matches {text!r}")
         return [(f"file://{match}{sep}{fragment}", {}) for match in matches]
+    from nczmap.integrations.virtualize.stores import names_a_store
+
+    if names_a_store(text):  # a store: a pattern names stores, never the objects in them
+        return _s3_stores(url, text, policy) if url.on_s3 and glob.has_magic(url.path) else [(source, {})]
     folder = text.partition("#")[0].endswith("/")
     if url.on_s3 and (folder or not url.path or glob.has_magic(url.path)):
         return _s3_matches(url, text, policy)
@@ -157,6 +161,30 @@ def _s3_matches(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list
         (_object_url(text, url, o["path"]), {"size": int(o["size"]), "etag": o.get("e_tag") or None})
         for o in objects
     ]
+
+
+def _s3_stores(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list[tuple[object, dict]]:
+    """The stores matching an S3 pattern (``s3://bucket/runs/2024-03-*#mode=nczarr,s3``), from one listing
+    of the prefixes beside them, in name order."""
+    import fnmatch
+
+    import obstore
+
+    folder, pattern = posixpath.split(url.path.rstrip("/"))
+    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
+    try:
+        listing = obstore.list_with_delimiter(store, folder + "/" if folder else None)
+    except Exception as exc:
+        error = byteranges.store_error(exc, f"list {text}", url.bucket)
+        raise error or StorageError(f"cannot list {text}") from exc
+    found = sorted(
+        p.rstrip("/")
+        for p in listing["common_prefixes"]
+        if fnmatch.fnmatchcase(posixpath.basename(p.rstrip("/")), pattern)
+    )
+    if not found:
+        raise FormatError(f"no store matches {text!r}")
+    return [(_object_url(text, url, prefix), {}) for prefix in found]
 
 
 def _object_url(text: str, url: ParsedURL, key: str) -> str:

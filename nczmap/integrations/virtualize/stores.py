@@ -63,7 +63,7 @@ def store_source(text: str, shown: str) -> SourceFile | None:
     nczarr, zarr or xarray), else None (a file: its parser decides, a zip archive being a store too)."""
     if "://" not in text:
         return StoreSource(_parse(text, shown), shown) if os.path.isdir(text) else None
-    if not _names_a_store(text):
+    if not names_a_store(text):
         return None
     url = _parse(text, shown)
     if url.on_s3:
@@ -75,7 +75,7 @@ def store_source(text: str, shown: str) -> SourceFile | None:
     return ZipFile(url, shown)
 
 
-def _names_a_store(text: str) -> bool:
+def names_a_store(text: str) -> bool:
     fragment = text.partition("#")[2]
     for item in fragment.split("&"):
         key, _, value = item.partition("=")
@@ -378,4 +378,4 @@ def _find_variable(root: Group, key: str):
     return group.variables[name]
 
 
-__all__ = ["StoreSource", "ZipFile", "chunk_index", "parse", "sniff", "store_source"]
+__all__ = ["StoreSource", "ZipFile", "chunk_index", "names_a_store", "parse", "sniff", "store_source"]
