@@ -14,19 +14,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from test_ncdump_conformance import (  # noqa: F401  (stores: the module's fixture, shared)
+import test_ncdump_conformance
+from test_ncdump_conformance import (
     CASES,
     D1_CASES,
     NCDUMP,
     assert_same,
     ours,
     real_ncdump,
-    stores,
 )
 
 from nczmap.api import open_dataset
 from nczmap.cdl import dump_cdl
 from nczmap.integrations.virtualize import virtualize
+
+stores = test_ncdump_conformance.stores  # the module's fixture, shared
 
 D1_NAMES = [case.name for case in D1_CASES if case.d1_data]
 D3_NAMES = [case.name for case in CASES if case.d3 and case.name not in ("names",)]

@@ -27,6 +27,7 @@ LAYERS = [
             "nczmap.registry",
             "nczmap.concurrency",
             "nczmap.checksum",
+            "nczmap.progress",
         ),
     ),
     ("url", ("nczmap.url",)),

@@ -11,9 +11,10 @@ become references to the bytes where they are (:meth:`nczmap.zmap.ZMap.byte_rang
 - an S3 store (``s3://bucket/run#mode=nczarr,s3``): each chunk object ``[object, 0, size]``, sizes and
   ETags from one listing a variable.
 
-Missing chunks stay missing (the fill value). A variable whose chunks cannot be described as byte ranges
-the manifest can hold (Fortran order, Zarr v3 transposes, shards, variable-length strings) is loaded
-(its values stored in the manifest) through the reader. The manifest records each chunk file's size and
+Missing chunks stay missing (the fill value); a Zarr v3 sharded array's inner chunks are referred to
+inside their shards (from each shard's index). A variable whose chunks cannot be described as byte ranges
+the manifest can hold (Fortran order, Zarr v3 transposes, variable-length strings) is loaded (its values
+stored in the manifest) through the reader. The manifest records each chunk file's size and
 modification time (an object's size and ETag; an archive's own), so a store rewritten later is refused by
 reads through it.
 """
@@ -32,6 +33,7 @@ import numpy as np
 from nczmap.errors import FormatError, NCZError, StorageError
 from nczmap.format import Group
 from nczmap.format.variable import ArrayLayout
+from nczmap.integrations.virtualize.files import LocalFile, SourceFile, file_stat
 from nczmap.integrations.virtualize.parsed import (
     ParsedFile,
     ParseOptions,
@@ -39,7 +41,6 @@ from nczmap.integrations.virtualize.parsed import (
     model_of,
     native_dtype,
 )
-from nczmap.integrations.virtualize.sources import LocalFile, SourceFile, file_stat
 from nczmap.manifest.containers import Container, normalize
 from nczmap.url import ParsedURL, parse_url
 
@@ -205,34 +206,68 @@ def _storage(file: SourceFile, opened: _Opened, variable, shape: tuple[int, ...]
     storage.problem = _unreferenceable(layout)
     if storage.problem is not None:
         return storage
-    ranges = opened.dataset.zmap.byte_ranges(variable.key)
-    grid = [] if layout.scalar else [-(-n // k) for n, k in zip(layout.shape, chunks, strict=True)]
-    keys, locations = [], []
-    for found in ranges:
-        index = chunk_index(found.key[len(variable.key) + 1 :], layout, grid)
-        if index is None:
-            continue  # metadata (.zarray, zarr.json...) or a file that is no chunk of this grid
-        if found.problem is not None:
-            storage.problem = f"its chunk {found.key!r}: {found.problem}"
-            return storage
+    zmap = opened.dataset.zmap
+    pieces = []  # (chunk index, where its object lies, offset in the object, length)
+    try:
+        for found in zmap.byte_ranges(variable.key):
+            name = found.key[len(variable.key) + 1 :]
+            for index, offset, length in _chunks_in(found, name, layout, zmap):
+                if found.problem is not None:
+                    storage.problem = f"its chunk {found.key!r}: {found.problem}"
+                    return storage
+                pieces.append((index, found, offset, length))
+    except FormatError as exc:  # a shard whose index cannot be read: its values are read (or fail) as such
+        storage.problem = str(exc)
+        return storage
+    reads = []
+    for index, found, offset, length in pieces:
         corner = tuple(i * k for i, k in zip(index, chunks, strict=True))
-        storage.add_chunk(corner, found.offset, found.length)
-        keys.append(found.key)
-        locations.append(found.url)
+        storage.add_chunk(corner, found.offset + offset, length)
+        reads.append((found.key, offset, length))
         if located:
             file.stamps[found.url] = found.stamp
     if located:
-        storage.locations = locations
-        storage.read_chunk = _ChunkReader(opened, keys, remote=file.on_s3)
+        storage.locations = [found.url for _, found, _, _ in pieces]
+        storage.read_chunk = _ChunkReader(opened, reads, remote=file.on_s3)
     else:
         storage.read = file.read
     return storage
 
 
+def _chunks_in(found, name: str, layout: ArrayLayout, zmap):
+    """``(chunk index, offset, length)`` of the chunks the object ``found`` (named ``name`` below its
+    array) holds: itself, or a shard's stored inner chunks (from its index); none for metadata or an
+    object outside the grid."""
+    shards = layout.shards
+    if shards is None:
+        grid = [] if layout.scalar else [-(-n // k) for n, k in zip(layout.shape, layout.chunks, strict=True)]
+        index = chunk_index(name, layout, grid)
+        return [] if index is None else [(index, 0, found.length)]
+    shard_grid = [-(-n // k) for n, k in zip(layout.shape, shards.shard_shape, strict=True)]
+    shard = chunk_index(name, layout, shard_grid)
+    if shard is None:
+        return []
+    if found.problem is not None:
+        return [(shard, 0, found.length)]  # the caller refuses it
+    inner = []
+    per_shard = shards.per_shard
+    grid = [-(-n // k) for n, k in zip(layout.shape, layout.chunks, strict=True)]
+    for position, entry in enumerate(shards.index(zmap, found.key)):
+        if entry is None:
+            continue  # not stored: the fill value
+        offset, length = entry
+        if offset + length > found.length:
+            raise FormatError(f"shard {found.key!r}: an inner chunk at {offset}+{length} runs past its end")
+        within = np.unravel_index(position, per_shard)
+        index = tuple(int(s * n + w) for s, n, w in zip(shard, per_shard, within, strict=True))
+        if all(i < g for i, g in zip(index, grid, strict=True)):
+            inner.append((index, offset, length))
+    return inner
+
+
 def _unreferenceable(layout: ArrayLayout) -> str | None:
-    """Why chunks of ``layout`` cannot be referenced as a manifest's chunks (None: they can)."""
-    if layout.shards is not None:
-        return "its chunks are inner chunks of Zarr v3 shards"
+    """Why chunks of ``layout`` cannot be referenced as a manifest's chunks (None: they can). A sharded
+    array's inner chunks can: each is a byte range of its shard."""
     if layout.vlen or layout.dtype.storage.kind == "O" or layout.dtype.nctype.name == "string":
         return "its values are variable-length strings"
     if layout.order != "C" or layout.transpose is not None:
@@ -361,13 +396,15 @@ class _Values:
 
 
 class _ChunkReader:
-    """Chunk ``number``'s bytes, read through the store (small chunks kept in the manifest, checksums)."""
+    """Chunk ``number``'s bytes, read through the store (small chunks kept in the manifest, checksums):
+    ``reads`` holds each chunk's object key, offset and length in it."""
 
-    def __init__(self, opened: _Opened, keys: list[str], remote: bool) -> None:
-        self.opened, self.keys, self.remote = opened, keys, remote
+    def __init__(self, opened: _Opened, reads: list[tuple[str, int, int]], remote: bool) -> None:
+        self.opened, self.reads, self.remote = opened, reads, remote
 
     def __call__(self, number: int) -> bytes:
-        return self.opened.dataset.zmap.read(self.keys[number])
+        key, offset, length = self.reads[number]
+        return self.opened.dataset.zmap.read(key, offset, length)
 
 
 def _find_variable(root: Group, key: str):
