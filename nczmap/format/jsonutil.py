@@ -98,10 +98,8 @@ def holds_plain_float(value: object) -> bool:
 
 def _loads(text: str | bytes, where: str | Callable[[], str], decoder: json.JSONDecoder) -> object:
     if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError:
-            text = text.decode("latin-1")
+        # bytes that are not UTF-8 (a char attribute netcdf-c wrote from a Latin-1 file) kept as they are
+        text = text.decode("utf-8", "surrogateescape")
     try:
         return decoder.decode(text)
     except (ValueError, RecursionError):

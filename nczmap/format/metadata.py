@@ -32,8 +32,11 @@ D0, D1, D2, D3, PURE = (
 
 
 def dumps(value: object) -> bytes:
-    """Compact one-line JSON in netcdf-c's spacing; NaN/Infinity become strings as 4.9.3+ writes them."""
-    return json.dumps(_jsonable(value), separators=(", ", ": "), ensure_ascii=False, allow_nan=False).encode()
+    """Compact one-line JSON in netcdf-c's spacing; NaN/Infinity become strings as 4.9.3+ writes them. Text
+    read from a source file that is not UTF-8 (held as surrogate escapes) is written as its own bytes, as
+    netcdf-c writes such a char attribute (and the reader reads them back the same way)."""
+    text = json.dumps(_jsonable(value), separators=(", ", ": "), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8", "surrogateescape")
 
 
 def _jsonable(value: object) -> object:
@@ -67,7 +70,8 @@ def attribute_json(attribute: Attribute) -> object:
 def attribute_type(attribute: Attribute, dialect: Dialect) -> str:
     if dialect is D0:
         return str(attribute.nctype.code)
-    maxlen = max((len(v.encode()) for v in attribute.value), default=1) if attribute.nctype is STRING else 1
+    strings = attribute.value if attribute.nctype is STRING else ()
+    maxlen = max((len(v.encode("utf-8", "surrogateescape")) for v in strings), default=1)
     return dtype_string(attribute.nctype, "<", max(maxlen, 1), dialect.char_dtype)
 
 

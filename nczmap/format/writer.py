@@ -7,7 +7,6 @@ when the store has one or the URL asks for it (netcdf-c leaves it stale — bug 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import warnings
@@ -164,7 +163,7 @@ def _stored_equal(zmap, key: str, value: object) -> bool:
         stored = loads(zmap.read(key), key)
     except (EmptyError, FormatError):
         return False
-    return _normalized(stored) == _normalized(json.loads(objects_of.dumps(value)))
+    return _normalized(stored) == _normalized(loads(objects_of.dumps(value), key))
 
 
 def _normalized(value: object) -> object:

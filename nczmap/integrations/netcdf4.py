@@ -6,15 +6,17 @@ one-valued NC_STRING attribute from a char attribute; such attributes are copied
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from nczmap.errors import DriverNotAvailable, FormatError
+from nczmap.errors import DriverNotAvailable, FormatError, NCZError
 from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Dimension, Group
 from nczmap.format.selection import normalize_selection
@@ -33,10 +35,9 @@ class NetCDF4Variable(Variable):
     def read(self, selection: object = Ellipsis) -> np.ndarray:
         explicit, squeeze = self._explicit(selection)
         with _HDF5_LOCK:  # libhdf5 is not thread-safe; copy reads chunks from several threads
-            try:
+            path = self.source.group().filepath()
+            with _reading(path, f"variable {self.key} {selection!r}"):
                 values = self.source[explicit]
-            except (RuntimeError, IndexError, OSError, ValueError) as exc:
-                raise FormatError(f"netCDF4-python cannot read {self.key!r} {selection!r}: {exc}") from exc
         if any(squeeze):
             values = values[tuple(0 if s else slice(None) for s in squeeze)]
         if self.nctype is STRING:
@@ -76,28 +77,64 @@ def open_netcdf4(path: str) -> NetCDF4File:
         raise DriverNotAvailable(
             f"reading {path!r} needs netCDF4-python: pip install 'nczmap[netcdf4]'"
         ) from exc
-    try:
+    _check_with_h5py(path)
+    with _reading(path, "its root group"):
         handle = netCDF4.Dataset(path, "r")
-    except OSError as exc:
-        raise FormatError(f"cannot open {path!r} as netCDF: {exc}") from exc
     root = NetCDF4File(handle)
-    _load_group(handle, root, {})
+    try:
+        _load_group(handle, root, {}, path)
+    except BaseException:
+        handle.close()
+        raise
     return root
 
 
-def _load_group(source, group: Group, by_id: dict[int, Dimension]) -> None:
-    source.set_auto_maskandscale(False)
-    source.set_auto_chartostring(False)
-    for name in source.ncattrs():
-        group.attrs[name] = source.getncattr(name)
-    for name, dim in source.dimensions.items():
-        group.dimensions[name] = by_id[dim._dimid] = Dimension(name, len(dim), dim.isunlimited(), group)
-    for name, variable in source.variables.items():
-        group.variables[name] = _variable(group, name, variable, by_id)
-    for name, child in source.groups.items():
+def _check_with_h5py(path: str) -> None:
+    """A damaged file refused (a FormatError naming it and the object) before netcdf-c opens it: libhdf5
+    crashes or loops forever on some damage, which nczmap's own reading of the file (through h5py, with
+    what HDF5 cannot survive refused first) reports instead. Skipped without h5py."""
+    try:
+        from nczmap.integrations.virtualize import hdf5
+    except ImportError:
+        return
+    with contextlib.suppress(DriverNotAvailable):
+        hdf5.check_file(path)
+
+
+@contextlib.contextmanager
+def _reading(path: str, what: str) -> Iterator[None]:
+    """Whatever netCDF4-python (or netcdf-c and HDF5 below it) raises for damaged bytes while ``what`` is
+    read: a FormatError naming the file and it. nczmap's own errors, and running out of memory, pass."""
+    try:
+        yield
+    except (NCZError, MemoryError):
+        raise
+    except Exception as exc:
+        raise FormatError(f"cannot read {path!r} as netCDF-4 ({what}): {exc}") from exc
+
+
+def _load_group(source, group: Group, by_id: dict[int, Dimension], path: str) -> None:
+    with _reading(path, f"group {group.path}"):
+        source.set_auto_maskandscale(False)
+        source.set_auto_chartostring(False)
+        for name in source.ncattrs():
+            with _reading(path, f"attribute {name!r} of group {group.path}"):
+                group.attrs[name] = source.getncattr(name)
+        for name, dim in source.dimensions.items():
+            group.dimensions[name] = by_id[dim._dimid] = Dimension(name, len(dim), dim.isunlimited(), group)
+        variables = source.variables.items()
+        children = source.groups.items()
+    for name, variable in variables:
+        with _reading(path, f"variable {_join(group.path, name)}"):
+            group.variables[name] = _variable(group, name, variable, by_id)
+    for name, child in children:
         sub = Group(name, group)
         group.groups[name] = sub
-        _load_group(child, sub, by_id)
+        _load_group(child, sub, by_id, path)
+
+
+def _join(path: str, name: str) -> str:
+    return path.rstrip("/") + "/" + name
 
 
 @functools.cache

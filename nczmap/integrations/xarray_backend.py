@@ -144,20 +144,31 @@ class NCZmapDataStore(AbstractDataStore):
 
 def attributes_of(variable: NCVariable | Group) -> dict[str, object]:
     """Attributes as netCDF4-python returns them: numpy scalars and arrays, ``str``, lists of ``str``; as it
-    does, NUL characters are removed from char text and end string values (C strings)."""
+    does, NUL characters are removed from char text and end string values (C strings), and bytes that are
+    not UTF-8 are U+FFFD."""
     attributes = {}
     for attribute in variable.attrs.all_typed():
         value = attribute.python_value()
-        if attribute.nctype is CHAR and attribute.name != "_FillValue" and "\x00" in value:
-            value = value.replace("\x00", "")
+        if attribute.nctype is CHAR and attribute.name != "_FillValue":
+            value = _decoded(value).replace("\x00", "")
         elif attribute.nctype is STRING:
             value = (
-                [v.split("\x00", 1)[0] for v in value]
+                [_decoded(v).split("\x00", 1)[0] for v in value]
                 if isinstance(value, list)
-                else value.split("\x00", 1)[0]
+                else _decoded(value).split("\x00", 1)[0]
             )
         attributes[attribute.name] = value
     return attributes
+
+
+def _decoded(text: str) -> str:
+    """Text as netCDF4-python decodes it: bytes that are not UTF-8 (kept as surrogate escapes) are U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate written as a JSON escape: no byte of a file
+        return text
 
 
 # netCDF4-python's names of blosc's compressors (its _blosc_dict_inv), by numcodecs' cname

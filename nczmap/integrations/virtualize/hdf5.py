@@ -22,15 +22,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 from collections.abc import Callable
 
 import numpy as np
 
-from nczmap.errors import FormatError, NCZError
+from nczmap.errors import FormatError, NCZError, StorageError
 from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
-from nczmap.integrations.copy import HDF5_SIGNATURE
-from nczmap.integrations.virtualize.hdf5_prefetch import Exhausted, HeldFile, Rounds
+from nczmap.integrations.virtualize.hdf5_guard import SIGNATURE as HDF5_SIGNATURE
+from nczmap.integrations.virtualize.hdf5_guard import GuardedFile
+from nczmap.integrations.virtualize.hdf5_prefetch import Exhausted, HeldFile, Missing, Rounds
 from nczmap.integrations.virtualize.parsed import (
     Constant,
     NotVirtualizable,
@@ -59,6 +61,7 @@ HIDDEN_ATTRIBUTES = frozenset(
 )
 DIMENSION_ONLY = b"This is a netCDF dimension but not a netCDF variable"
 NON_COORD_PREFIX = "_nc4_non_coord_"
+FORMAT = "netCDF-4/HDF5"  # how messages name the format
 BLOSC_NAMES = {0: "blosclz", 1: "lz4", 2: "lz4hc", 3: "snappy", 4: "zlib", 5: "zstd"}
 
 
@@ -102,12 +105,24 @@ def parse_direct(file: SourceFile, options: ParseOptions) -> ParsedFile:
     try:
         parsed = _read_tree(opener, file, _STRICT)
         _read_small_values(parsed, _STRICT)
-    except H5PY_ERRORS as exc:
+    except Exception as exc:
         _raise_failure(file, exc)
     finally:
         opener.close()
     parsed.closers.append(opener.close)
     return parsed
+
+
+def check_file(path: str) -> None:
+    """Raise the error a parse of the local HDF5 file at ``path`` would meet (a FormatError naming the file
+    and the object, for damage): its groups, variables, attributes and chunk indexes read as a parse
+    reads them, behind the guard against damage HDF5 cannot survive, and nothing kept. What reads such a
+    file with another HDF5 reader (netCDF4-python) asks this first."""
+    file = LocalFile(os.path.realpath(path), path)
+    try:
+        parse_direct(file, ParseOptions()).close()
+    finally:
+        file.close()
 
 
 def parse_remote(file: SourceFile, options: ParseOptions, rounds: Rounds | None = None) -> ParsedFile:
@@ -136,7 +151,7 @@ def parse_remote(file: SourceFile, options: ParseOptions, rounds: Rounds | None 
         return rounds.run(attempt, ParsedFile.close, functools.partial(_probe, h5py))
     except Exhausted:
         return parse_direct(file, options)
-    except H5PY_ERRORS as exc:
+    except Exception as exc:
         _raise_failure(file, exc)
 
 
@@ -208,14 +223,39 @@ def _probe_dataset(h5py, dataset, fileobj: HeldFile) -> None:
 H5PY_ERRORS = (OSError, KeyError, RuntimeError, ValueError)  # what h5py raises for a file it cannot read
 
 
-def _raise_failure(file: SourceFile, exc: Exception):
-    """Raise what a failed parse raises: nczmap's own errors as they are, the source's read error behind
-    an h5py error, else a FormatError naming the file."""
-    if isinstance(exc, NCZError):
+def _raise_failure(file: SourceFile, exc: Exception, what: str = ""):
+    """Raise what a failed parse raises: nczmap's own errors as they are (and a round's miss, and running
+    out of memory), the source's read error behind an h5py error, else a FormatError naming the file and
+    ``what`` was being read: whatever h5py raises for damaged bytes (its own errors, and the TypeErrors
+    and the like its conversions meet)."""
+    if isinstance(exc, NCZError | Missing | MemoryError):
         raise exc
     if file.error is not None:
         raise file.error from None
-    raise FormatError(f"cannot read {file.name} as netCDF-4/HDF5: {exc}") from exc
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    if not isinstance(exc, H5PY_ERRORS):
+        text = f"{type(exc).__name__}: {text}"
+    where = f" ({what})" if what else ""
+    raise FormatError(f"cannot read {file.name} as netCDF-4/HDF5{where}: {text}") from exc
+
+
+@contextlib.contextmanager
+def _reading(file: SourceFile, what: str):
+    """A failure while ``what`` (a group's members, a variable, an attribute) is read: a FormatError
+    naming the file and it (:func:`_raise_failure`)."""
+    try:
+        yield
+    except Exception as exc:
+        _raise_failure(file, exc, what)
+
+
+def _utf8(file: SourceFile, name: str | bytes, what: str) -> str:
+    """A name as h5py gives it (bytes when it is not UTF-8, which netCDF names always are): the text."""
+    if isinstance(name, bytes):
+        raise FormatError(
+            f"cannot read {file.name} as netCDF-4/HDF5: the name of {what} is not UTF-8: {name[:64]!r}"
+        )
+    return name
 
 
 class _Tolerant:
@@ -238,11 +278,13 @@ _STRICT = _Tolerant(None)
 
 class _Opener:
     """The HDF5 file through h5py, opened when needed (again, after ``close``): through ``fileobj``
-    while a round of a remote parse reads, else through the source."""
+    while a round of a remote parse reads, a local file through a :class:`GuardedFile`, else through the
+    source."""
 
     def __init__(self, file: SourceFile, h5py, fileobj: HeldFile | None = None) -> None:
         self.file, self.h5py, self.fileobj = file, h5py, fileobj
         self.handle = None
+        self.guarded: GuardedFile | None = None
 
     def __getstate__(self) -> dict:  # pickled (a parse sent from another process): not h5py's handle
         return {"file": self.file}
@@ -251,23 +293,44 @@ class _Opener:
         import h5py
 
         self.file, self.h5py, self.fileobj, self.handle = state["file"], h5py, None, None
+        self.guarded = None
 
     def root(self):
         if self.handle is None:
             if self.fileobj is not None:
                 self.fileobj.seek(0)
                 self.handle = self.h5py.File(self.fileobj, "r")
+            elif isinstance(self.file, LocalFile):
+                self.handle = self._open_guarded()
             else:
                 self.handle = self.file.open(self.h5py)
         return self.handle
 
+    def _open_guarded(self):
+        try:
+            self.guarded = GuardedFile(self.file.name)
+        except OSError as exc:
+            raise StorageError(f"cannot read the source {self.file.name!r}: {exc.strerror or exc}") from exc
+        try:
+            return self.h5py.File(self.guarded, "r")
+        except BaseException as exc:
+            self.guarded.close()
+            self.guarded = None
+            if isinstance(exc, OSError) and not isinstance(exc, NCZError):
+                raise FormatError(f"cannot open {self.file.name!r} as netCDF-4/HDF5: {exc}") from exc
+            raise
+
     def values(self, name: str) -> np.ndarray:
-        return np.asarray(self.root()[name][()])
+        with _reading(self.file, f"the values of variable {name}"):
+            return np.asarray(self.root()[name][()])
 
     def close(self) -> None:
         if self.handle is not None:
             handle, self.handle = self.handle, None
             handle.close()
+        if self.guarded is not None:
+            guarded, self.guarded = self.guarded, None
+            guarded.close()
 
 
 def _read_small_values(parsed: ParsedFile, tolerant: _Tolerant) -> None:
@@ -310,8 +373,10 @@ class _TreeReader:
         dims: list[tuple[int, Dimension]] = []
         datasets: list[tuple[str, object]] = []
         children: list[tuple[str, object]] = []
-        for name in h5group:
-            with self.tolerant:
+        with _reading(self.file, f"the members of group {group.path}"):
+            names = [_utf8(self.file, name, f"a member of group {group.path}") for name in h5group]
+        for name in names:
+            with self.tolerant, _reading(self.file, f"object {_join(group.path, name)}"):
                 self.read_link(h5group, name, group, dims, datasets, children)
         if dims and all(dimid is not None for dimid, _ in dims):
             dims.sort(key=lambda pair: pair[0])  # netCDF-C lists a group's dimensions by id
@@ -338,7 +403,7 @@ class _TreeReader:
         if isinstance(item, h5py.Group):
             children.append((name, item))
         elif isinstance(item, h5py.Dataset):
-            if h5py.h5ds.is_scale(item.id):
+            if _is_scale(item):
                 dimension = self.dimension(item, name, group)
                 if dimension is not None:
                     dims.append((_int_attribute(item, "_Netcdf4Dimid"), dimension))
@@ -366,7 +431,8 @@ class _TreeReader:
             where = _join(group.path, name)
             with self.tolerant:
                 try:
-                    variable = self.variable(group, name, dataset)
+                    with _reading(self.file, f"variable {where}"):
+                        variable = self.variable(group, name, dataset)
                 except NotVirtualizable as exc:
                     self.refused.append(Refusal(where, str(exc), self.source))
                     continue
@@ -406,14 +472,12 @@ class _TreeReader:
         return variable
 
     def dimensions_of(self, dataset, group: Group) -> list[Dimension]:
-        import h5py
 
         if not dataset.shape:
             return []
         if "DIMENSION_LIST" in dataset.attrs:
             dims = []
-            for axis, scales in enumerate(dataset.dims):
-                names = [scale.name for scale in scales.values()]
+            for axis, names in enumerate(_scale_paths(dataset)):
                 found = next((self.dims_by_path[n] for n in names if n in self.dims_by_path), None)
                 if found is None:
                     raise NotVirtualizable(
@@ -427,7 +491,7 @@ class _TreeReader:
                 return [self.dims_by_id[int(dimid)] for dimid in np.atleast_1d(coordinates)]
             except KeyError as exc:
                 raise NotVirtualizable(f"its dimension id {exc} is not defined") from None
-        if h5py.h5ds.is_scale(dataset.id) and len(dataset.shape) == 1:
+        if _is_scale(dataset) and len(dataset.shape) == 1:
             return [self.dims_by_path[dataset.name]]
         return self.phony_dimensions(dataset, group)
 
@@ -462,11 +526,14 @@ class _TreeReader:
 
     def attributes(self, item, where: str) -> list[Attribute]:
         found = []
-        for name in item.attrs:
+        with _reading(self.file, f"the attributes of {where}"):
+            names = [_utf8(self.file, name, f"an attribute of {where}") for name in item.attrs]
+        for name in names:
             if name in HIDDEN_ATTRIBUTES:
                 continue
             try:
-                found.append(_attribute(item, name))
+                with _reading(self.file, f"attribute {name!r} of {where}"):
+                    found.append(_attribute(item, name))
             except NotVirtualizable as exc:
                 self.refused.append(Refusal(where, str(exc), self.source, name))
         return found
@@ -474,6 +541,26 @@ class _TreeReader:
 
 def _join(path: str, name: str) -> str:
     return path.rstrip("/") + "/" + name
+
+
+def _is_scale(dataset) -> bool:
+    """Whether ``dataset`` is a dimension scale: its ``CLASS`` attribute says ``DIMENSION_SCALE``. Read
+    here, as H5DSis_scale would (which frees memory twice for some damaged ``CLASS`` attributes)."""
+    value = dataset.attrs.get("CLASS")
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogateescape")
+    return isinstance(value, bytes) and value.rstrip(b"\x00") == b"DIMENSION_SCALE"
+
+
+def _scale_paths(dataset) -> list[list[str]]:
+    """The paths of the dimension scales attached to each axis of ``dataset``: its ``DIMENSION_LIST`` (a
+    list of object references an axis) read and followed here, as HDF5's own H5DS functions would (which
+    crash on some damaged lists); a list that is not one entry an axis is damage."""
+    root = dataset.file
+    lists = np.asarray(dataset.attrs["DIMENSION_LIST"], dtype=object).ravel()
+    if len(lists) != len(dataset.shape):
+        raise ValueError(f"its DIMENSION_LIST has {len(lists)} entries for {len(dataset.shape)} axes")
+    return [[root[ref].name for ref in np.atleast_1d(refs).ravel() if ref] for refs in lists]
 
 
 def _dimension_only(dataset) -> bool:
@@ -600,8 +687,11 @@ class _Strings:
 
     def __call__(self) -> np.ndarray:
         if self.text is None:
-            dataset = self.opener.root()[self.name]
-            text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(self.shape)
+            with _reading(self.opener.file, f"the strings of variable {self.name}"):
+                dataset = self.opener.root()[self.name]
+                text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(
+                    self.shape
+                )
             text[text == None] = ""  # noqa: E711 (element-wise): netCDF-C's unwritten strings
             self.text = text
         return self.text

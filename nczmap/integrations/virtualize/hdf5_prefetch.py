@@ -40,6 +40,7 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from nczmap.integrations.virtualize.hdf5_guard import HeapGuard
 from nczmap.integrations.virtualize.sources import SourceFile
 
 HEAD = 64 << 10  # fetched first when the source holds nothing at 0 (netCDF-4's superblock and root)
@@ -134,7 +135,8 @@ class Held:
 
 class HeldFile(io.RawIOBase):
     """A read-only file object for h5py over the bytes held (``held``, then the source's ``cached``):
-    a read of anything else records ``(offset, length)`` in ``misses`` and raises :class:`Missing`."""
+    a read of anything else records ``(offset, length)`` in ``misses`` and raises :class:`Missing`; a
+    global heap collection HDF5 could not decode is refused (:mod:`.hdf5_guard`)."""
 
     def __init__(self, source: SourceFile, held: Held) -> None:
         super().__init__()
@@ -143,6 +145,7 @@ class HeldFile(io.RawIOBase):
         self.misses: list[tuple[int, int]] = []
         self.nodes: list[tuple[int, int]] = []  # B-tree nodes read (served): what is below them comes next
         self.wanted: set[tuple[int, int]] = set()  # misses that are ``want``s (values' bytes)
+        self.guard = HeapGuard()
 
     def want(self, offset: int, length: int) -> None:
         """Record ``(offset, length)`` as missed unless it is held (bytes known to be read next)."""
@@ -180,6 +183,7 @@ class HeldFile(io.RawIOBase):
         if data is None:
             self.misses.append((offset, length))
             raise Missing(f"{length} bytes at {offset} are not held yet")
+        self.guard.check(offset, data)
         memoryview(buffer).cast("B")[:length] = data
         self.position = offset + length
         if length >= 24 and data[:4] == b"TREE":

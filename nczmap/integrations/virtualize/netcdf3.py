@@ -38,6 +38,7 @@ from nczmap.integrations.virtualize.parsed import (
     source_layout,
 )
 
+FORMAT = "netCDF-3"  # how messages name the format
 VERSIONS = {1: "CDF-1", 2: "CDF-2", 5: "CDF-5"}
 TAG_DIMENSION, TAG_VARIABLE, TAG_ATTRIBUTE = 10, 11, 12
 # nc_type -> the big-endian dtype of its stored values; CDF-1 and CDF-2 have the first six only

@@ -27,11 +27,12 @@ is left out and listed there, ``(file, why)``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import io
 import pickle
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from nczmap.errors import AccessDenied, DataError, DriverNotAvailable, FormatError, NCZError, StorageError
@@ -94,12 +95,25 @@ def parse_all(
 
 def parse_one(file: SourceFile, options: ParseOptions, parsers: Mapping[str, str]) -> ParsedFile:
     module = parser_for(file, parsers)
-    try:
+    with parsing(file, module):
         return module.parse(file, options)
-    except OSError as exc:  # h5py's error for a failed read of a file object: ours is more useful
-        if isinstance(exc, NCZError) or file.error is None:
-            raise
-        raise file.error from None
+
+
+@contextlib.contextmanager
+def parsing(file: SourceFile, module) -> Iterator[None]:
+    """What a parser (``module``) raises, as nczmap reports it: nczmap's errors (and running out of memory)
+    as they are; an OSError behind which a read of the source failed (h5py's error for a failed read of a
+    file object), that failure; anything else the format library or the bytes raised, a FormatError naming
+    the file (the parsers name the object they were reading where they can)."""
+    try:
+        yield
+    except (NCZError, MemoryError):
+        raise
+    except Exception as exc:
+        if isinstance(exc, OSError) and file.error is not None:
+            raise file.error from None
+        kind = getattr(module, "FORMAT", module.__name__.rpartition(".")[2])
+        raise FormatError(f"cannot read {file.shown} as {kind}: {type(exc).__name__}: {exc}") from exc
 
 
 class _NotHeld(Exception):
@@ -145,7 +159,9 @@ def _parse_like(
     """``file`` as a twin of the first file (whose parser is ``module``) when it is one, else parsed in
     full."""
     if fingerprint is not None:
-        twin = importlib.import_module(module).parse_twin(file, fingerprint, options)
+        parser = importlib.import_module(module)
+        with parsing(file, parser):
+            twin = parser.parse_twin(file, fingerprint, options)
         if twin is not None:
             return twin
     return parse_one(file, options, parsers)

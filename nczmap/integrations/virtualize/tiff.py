@@ -79,7 +79,8 @@ from nczmap.integrations.virtualize.tiff_ifds import (
 from nczmap.integrations.virtualize.tiff_layout import Image, data_storage, image_codecs, read_image
 from nczmap.integrations.virtualize.tiff_twins import parse_twin, take_fingerprint
 
-__all__ = ["MAX_IFDS", "parse", "parse_twin", "sniff"]
+__all__ = ["FORMAT", "MAX_IFDS", "parse", "parse_twin", "sniff"]
+FORMAT = "TIFF"  # how messages name the format
 
 
 def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
