@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from source_fuzz import FORMATS, WRITERS, Case, failures, run_cases, seeds, suite_cases, table
+from source_fuzz import FORMATS, WRITERS, Case, failures, fresh_mutate, run_cases, seeds, suite_cases, table
 
 CASES = int(os.environ.get("NCZMAP_FUZZ_CASES", "200"))
+FRESH_CASES = int(os.environ.get("NCZMAP_FUZZ_FRESH_CASES", "60"))
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +32,18 @@ def test_damaged_sources_end_in_success_or_an_nczmap_error(fmt, seed_folder, tmp
     assert not unexpected, f"{table(results)}\n{shown}"
     outcomes = {result.outcome for result in results}
     assert outcomes == {"ok", "error"}, table(results)  # the mutations both damage and spare the files
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_mutations_made_another_way_end_in_success_or_an_nczmap_error(fmt, seed_folder, tmp_path):
+    """Inserted and deleted runs (every offset after them shifted), zeroed blocks, single bits, repeats and
+    shuffled windows anywhere in the file: what the suite's mutations do not make."""
+    pytest.importorskip(WRITERS[fmt])
+    seed_files = seeds(seed_folder / f"fresh-{fmt}", [fmt])
+    results = run_cases(suite_cases(seed_files, FRESH_CASES, [fmt], fresh_mutate), tmp_path)
+    unexpected = failures(results)
+    shown = "\n".join(f"{r.case.label}: {r.outcome}: {r.detail}" for r in unexpected[:10])
+    assert not unexpected, f"{table(results)}\n{shown}"
 
 
 def test_a_child_out_of_memory_is_reported_against_its_case_and_the_rest_still_run(tmp_path):
