@@ -107,7 +107,7 @@ def main() -> None:
     size = chunk_bytes * args.chunks
     import importlib.metadata as meta
 
-    from nczmap.zmap.manifest import REMOTE_GAP
+    from nczmap.zmap.manifest_sources import REMOTE_GAP
 
     versions = ", ".join(f"{p} {meta.version(p)}" for p in ("obstore", "moto"))
     print(f"Remote coalescing ({versions}); moto in a child process on 127.0.0.1")

@@ -5,7 +5,9 @@
    and last chunk, in a fresh process each time, by nczmap and by fsspec's ``LazyReferenceMapper`` (with
    ``ReferenceFileSystem``) on the same directory. Target: nczmap ≤ 0.2 s and ≤ 150 MiB.
 2. kerchunk JSON, ``--json-references`` (default 2,000,000): open + first and last chunk by nczmap and by
-   fsspec's ``ReferenceFileSystem``, fresh processes.
+   fsspec's ``ReferenceFileSystem``, then the whole array read (open included) by nczmap's ``open_dataset``
+   and by ``ReferenceFileSystem`` + zarr (minutes and gigabytes: ``--skip json-peer`` leaves it out), fresh
+   processes.
 3. A 10,000-chunk whole-array read (16 KiB chunks) through a Parquet manifest, references in file order and
    shuffled, against one ``open().read()`` of the file. Target ≥ 0.8×.
 4. The cost of per-reference checksums (``virtualize --checksums``): the same whole-array read through a
@@ -47,6 +49,12 @@ if which == "fsspec-parquet":
 elif which == "fsspec-json":
     fs = ReferenceFileSystem(fo=path, remote_protocol="file")
     data = [fs.cat_file(key) for key in keys]
+elif which == "fsspec-array":
+    import zarr
+    mapper = fsspec.get_mapper("reference://v", fo=path, remote_protocol="file")
+    values = zarr.open_array(mapper, mode="r", zarr_format=2)[...]
+    assert values.size == count * 16
+    data = [b"x" * 128] * 2
 elif which == "nczmap-array":
     with nczmap.open_dataset(path + "#mode=zarr,manifest") as ds:
         values = ds.variables["v"][...]
@@ -188,6 +196,13 @@ def show(name: str, result: dict) -> None:
     print(f"  {name:34s} {seconds * 1000:9.1f} ms   RSS +{delta:7.1f} MiB (peak {peak:6.0f} MiB)")
 
 
+def compare(ours: dict, theirs: dict) -> None:
+    if "error" not in ours and "error" not in theirs:
+        ratio = theirs["seconds"] / ours["seconds"]
+        print(f"  speed nczmap/fsspec {ratio:.2f}×, memory nczmap/fsspec "
+              f"{ours['delta'] / max(theirs['delta'], 1):.2f}×")  # fmt: skip
+
+
 def whole_array(workdir: Path, chunks: int, rounds: int) -> None:
     import numpy as np
 
@@ -293,7 +308,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=10_000, help="chunks of the whole-array read")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workdir", type=Path, default=None, help="where manifests are cached")
-    parser.add_argument("--skip", default="", help="comma-separated: parquet, json, array, checksums")
+    parser.add_argument(
+        "--skip", default="", help="comma-separated: parquet, json, json-peer, array, checksums"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, 1 round")
     args = parser.parse_args()
     if args.quick:
@@ -319,11 +336,14 @@ def main() -> None:
             theirs = fresh("fsspec-json", path, args.json_references, args.rounds)
             show("nczmap", ours)
             show("fsspec ReferenceFileSystem", theirs)
-            show("nczmap open_dataset + whole array", fresh("nczmap-array", path, args.json_references, 1))
-            if "error" not in ours and "error" not in theirs:
-                ratio = theirs["seconds"] / ours["seconds"]
-                print(f"  speed nczmap/fsspec {ratio:.2f}×, memory nczmap/fsspec "
-                      f"{ours['delta'] / max(theirs['delta'], 1):.2f}×")  # fmt: skip
+            compare(ours, theirs)
+            print(f"{args.json_references:,} JSON references: open + whole array, fresh process")
+            ours = fresh("nczmap-array", path, args.json_references, args.rounds)
+            show("nczmap open_dataset", ours)
+            if "json-peer" not in skip:
+                theirs = fresh("fsspec-array", path, args.json_references, 1)
+                show("fsspec ReferenceFileSystem + zarr", theirs)
+                compare(ours, theirs)
         if "array" not in skip:
             whole_array(workdir, args.chunks, args.rounds)
         if "checksums" not in skip:

@@ -105,9 +105,9 @@ def test_a_whole_array_read_of_one_object_is_one_get(s3_server, proxy, tmp_path)
 
 
 def test_spans_longer_than_the_limit_are_split(s3_server, proxy, tmp_path, monkeypatch):
-    from nczmap.zmap import manifest
+    from nczmap.zmap import manifest_sources
 
-    monkeypatch.setattr(manifest._ObjectSource, "max_span", 1 << 20)
+    monkeypatch.setattr(manifest_sources.ObjectSource, "max_span", 1 << 20)
     prefix = uuid.uuid4().hex
     data = _raw_object(s3_server, prefix, 4 << 20)
     source = f"s3://{BUCKET}/{prefix}/data.bin"
@@ -120,9 +120,9 @@ def test_spans_longer_than_the_limit_are_split(s3_server, proxy, tmp_path, monke
 def test_a_streamed_span_fills_gaps_overlaps_and_odd_pieces(s3_server, proxy, tmp_path, monkeypatch, piece):
     # references with gaps between them, overlapping each other, nested, empty, in any order, and body
     # pieces that cut through them anywhere: every buffer gets exactly its bytes, from one GET
-    from nczmap.zmap import manifest
+    from nczmap.zmap import manifest_sources
 
-    monkeypatch.setattr(manifest, "STREAM_PIECE", piece)
+    monkeypatch.setattr(manifest_sources, "STREAM_PIECE", piece)
     prefix = uuid.uuid4().hex
     data = _raw_object(s3_server, prefix, 3 << 20)
     source = f"s3://{BUCKET}/{prefix}/data.bin"

@@ -229,20 +229,46 @@ class Variable:
     def _read_rows(self, out: np.ndarray, indices: list[range], rows: int) -> None:
         chunks = self.layout.chunks
         first = indices[0].start // chunks[0]
-        sep = self.layout.separator
-        tail = "".join(sep + str(ix.start // size) for ix, size in zip(indices[1:], chunks[1:], strict=True))
-        prefix = self.key + "/" + (self.layout.key_prefix + sep if self.layout.key_prefix else "")
+        others = [ix.start // size for ix, size in zip(indices[1:], chunks[1:], strict=True)]
         whole = memoryview(out).cast("B")
         step = whole.nbytes // len(out) * chunks[0]  # bytes of one chunk's block in the output
-        requests = [
-            (f"{prefix}{first + row}{tail}", whole[row * step : (row + 1) * step]) for row in range(rows)
-        ]
-        got = self.group.root.zmap.read_many_into(requests)
-        for row, count in enumerate(got):
-            if count is None:
-                out[row * chunks[0] : (row + 1) * chunks[0]] = self.fill_scalar()
-            elif count != step:
-                raise FormatError(f"chunk {requests[row][0]!r} holds {count} bytes, expected {step}")
+        blocks = whole[: rows * step]
+        counts = self._rows_in_columns(first, rows, others, blocks, step)
+        if counts is None:
+            requests = [
+                (self._row_key(first + row, others), blocks[row * step : (row + 1) * step])
+                for row in range(rows)
+            ]
+            got = self.group.root.zmap.read_many_into(requests)
+            counts = np.array([-1 if count is None else count for count in got], dtype=np.int64)
+        out[: rows * chunks[0]].reshape(rows, chunks[0], *out.shape[1:])[counts < 0] = self.fill_scalar()
+        wrong = np.flatnonzero((counts >= 0) & (counts != step))
+        if len(wrong):
+            row = int(wrong[0])
+            key = self._row_key(first + row, others)
+            raise FormatError(f"chunk {key!r} holds {int(counts[row])} bytes, expected {step}")
+
+    def _rows_in_columns(
+        self, first: int, rows: int, others: list[int], blocks: memoryview, step: int
+    ) -> np.ndarray | None:
+        """The byte counts of chunks ``first...first + rows - 1`` (along the first dimension; ``others``
+        along the rest) read into ``blocks`` by a driver that reads chunks by index, without an object
+        per chunk (a manifest's table of references); None where there is none (read them by key)."""
+        read_chunks = getattr(self.group.root.zmap, "read_chunks_into", None)
+        layout = self.layout
+        if read_chunks is None or (layout.key_prefix and layout.separator != "/"):
+            return None
+        grid_index = np.empty((rows, 1 + len(others)), dtype=np.int64)
+        grid_index[:, 0] = np.arange(first, first + rows)
+        grid_index[:, 1:] = others
+        array = self.key + ("/" + layout.key_prefix if layout.key_prefix else "")
+        return read_chunks(array, grid_index, layout.separator, blocks, step)
+
+    def _row_key(self, row: int, others: list[int]) -> str:
+        """The key of the chunk at ``row`` along the first dimension, ``others`` along the rest."""
+        sep = self.layout.separator
+        prefix = self.key + "/" + (self.layout.key_prefix + sep if self.layout.key_prefix else "")
+        return prefix + sep.join(map(str, [row, *others]))
 
     def _raw_chunks(self, indices: list[tuple[int, ...]]) -> list | None:
         """The stored bytes of these chunks read in one batch, where the storage does that with fewer

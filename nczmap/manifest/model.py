@@ -128,27 +128,26 @@ class Page:
             return self.inline[row]
         return Reference(self.urls[where], int(self.offsets[at]), int(self.lengths[at]))
 
-    def entries(self, rows: np.ndarray) -> list[Entry | None]:
-        """What each of ``rows`` holds (vectorised: one Python step per row, for its Reference)."""
+    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row of ``rows``: the number of its URL in ``urls`` (MISSING, INLINE), its offset and length
+        (meaningless where the number is not a URL's)."""
         if not len(self.where):
-            return [None] * len(rows)
+            nothing = np.zeros(len(rows), dtype=np.int64)
+            return np.full(len(rows), MISSING, dtype=np.int64), nothing, nothing
         if self.rows is None:
             inside = (rows >= 0) & (rows < len(self.where))
             at = np.where(inside, rows, 0)
         else:
             at = np.minimum(np.searchsorted(self.rows, rows), len(self.rows) - 1)
             inside = self.rows[at] == rows
-        where = np.where(inside, self.where[at], MISSING).tolist()
-        urls, inline = self.urls, self.inline
-        found: list[Entry | None] = []
-        for w, offset, length, row in zip(
-            where, self.offsets[at].tolist(), self.lengths[at].tolist(), rows.tolist(), strict=True
-        ):
-            if w >= 0:
-                found.append(Reference(urls[w], offset, length))
-            else:
-                found.append(None if w == MISSING else inline[row])
-        return found
+        where = np.where(inside, self.where[at], MISSING).astype(np.int64)
+        return where, self.offsets[at], self.lengths[at]
+
+    def entries(self, rows: np.ndarray) -> list[Entry | None]:
+        """What each of ``rows`` holds (one Python step per row, for its Reference)."""
+        gathered = Gathered(len(rows))
+        gathered.add_page(np.arange(len(rows)), self, rows)
+        return gathered.entries()
 
     def held(self) -> tuple[np.ndarray, np.ndarray]:
         """The rows holding something (sorted) and their positions in the columns."""
@@ -188,6 +187,76 @@ class Page:
             urls,
             inline,
         )
+
+
+class Gathered:
+    """What each of ``count`` keys holds, gathered as columns (no object per key): ``where`` the number of
+    its URL in ``urls`` (MISSING: nothing, INLINE: its bytes are ``inline[position]``), ``offsets`` and
+    ``lengths`` (WHOLE: the whole object)."""
+
+    def __init__(self, count: int) -> None:
+        self.urls: list[str] = []
+        self.where = np.full(count, MISSING, dtype=np.int64)
+        self.offsets = np.zeros(count, dtype=np.int64)
+        self.lengths = np.zeros(count, dtype=np.int64)
+        self.inline: dict[int, bytes] = {}
+        self._numbers: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.where)
+
+    def number(self, url: str) -> int:
+        """The number of ``url`` in ``urls`` (added if new)."""
+        number = self._numbers.get(url)
+        if number is None:
+            number = self._numbers[url] = len(self.urls)
+            self.urls.append(url)
+        return number
+
+    def put(self, at: int, entry: Entry | None) -> None:
+        """Key ``at`` holds ``entry``."""
+        self.inline.pop(at, None)
+        if entry is None:
+            self.where[at] = MISSING
+        elif isinstance(entry, bytes):
+            self.where[at] = INLINE
+            self.inline[at] = entry
+        else:
+            self.where[at] = self.number(entry.url)
+            self.offsets[at], self.lengths[at] = entry.offset, entry.length
+
+    def add_page(self, positions: np.ndarray, page: Page, rows: np.ndarray) -> None:
+        """Keys ``positions`` hold what ``rows`` of ``page`` hold."""
+        where, offsets, lengths = page.columns(rows)
+        self.add(positions, page.urls, where, offsets, lengths)
+        inlined = where == INLINE
+        if inlined.any():
+            for at, row in zip(positions[inlined].tolist(), rows[inlined].tolist(), strict=True):
+                self.inline[at] = page.inline[row]
+
+    def add_gathered(self, positions: np.ndarray, other: Gathered) -> None:
+        """Keys ``positions`` hold what the keys of ``other`` hold, in order."""
+        self.add(positions, other.urls, other.where, other.offsets, other.lengths)
+        self.inline.update((int(positions[at]), data) for at, data in other.inline.items())
+
+    def add(self, positions: np.ndarray, urls: list[str], where, offsets, lengths) -> None:
+        remap = np.array([self.number(url) for url in urls] + [MISSING], dtype=np.int64)
+        self.where[positions] = np.where(where >= 0, remap[np.maximum(where, 0)], where)
+        self.offsets[positions] = offsets
+        self.lengths[positions] = lengths
+
+    def entries(self) -> list[Entry | None]:
+        """What each key holds, as entries."""
+        urls, inline = self.urls, self.inline
+        found: list[Entry | None] = []
+        for at, (w, offset, length) in enumerate(
+            zip(self.where.tolist(), self.offsets.tolist(), self.lengths.tolist(), strict=True)
+        ):
+            if w >= 0:
+                found.append(Reference(urls[w], offset, length))
+            else:
+                found.append(None if w == MISSING else inline[at])
+        return found
 
 
 class PageSource(Protocol):
@@ -365,24 +434,29 @@ class ArrayReferences:
                 event.set()
 
     def get_many(self, flats: Sequence[int]) -> list[Entry | None]:
-        """What each chunk of ``flats`` holds; the pages they need are loaded concurrently, a few at once."""
-        flats = np.asarray(flats, dtype=np.int64)
+        """What each chunk of ``flats`` holds."""
+        return self.columns(np.asarray(flats, dtype=np.int64)).entries()
+
+    def columns(self, flats: np.ndarray) -> Gathered:
+        """What each chunk of ``flats`` holds, in columns; the pages they need are loaded concurrently, a
+        few at once, this session's changes applied over them."""
+        gathered = Gathered(len(flats))
         if self.page_size is None:
-            numbers, rows = np.zeros_like(flats), flats
+            rows, wanted, groups = flats, [0], [np.arange(len(flats))]
         else:
             numbers, rows = np.divmod(flats, self.page_size)
-        found: list[Entry | None] = [None] * len(flats)
-        order = np.argsort(numbers, kind="stable")
-        wanted, starts = np.unique(numbers[order], return_index=True)
-        groups = np.split(order, starts[1:])
-        pages = self._pages([int(n) for n in wanted.tolist()], changed=False)
-        for (number, page), positions in zip(pages, groups, strict=True):
-            changes = self._changes.get(number) or {}
+            order = np.argsort(numbers, kind="stable")
+            found, starts = np.unique(numbers[order], return_index=True)
+            wanted, groups = found.tolist(), np.split(order, starts[1:])
+        for (number, page), positions in zip(self._pages(wanted, changed=False), groups, strict=True):
             page_rows = rows[positions]
-            entries = page.entries(page_rows)
-            for at, entry, row in zip(positions.tolist(), entries, page_rows.tolist(), strict=True):
-                found[at] = changes.get(row, entry)
-        return found
+            gathered.add_page(positions, page, page_rows)
+            changes = dict(self._changes.get(number) or {})  # a copy: a writer may add to it meanwhile
+            if changes:
+                changed = np.isin(page_rows, np.fromiter(changes, dtype=np.int64, count=len(changes)))
+                for at, row in zip(positions[changed].tolist(), page_rows[changed].tolist(), strict=True):
+                    gathered.put(at, changes[row])
+        return gathered
 
     def numbers(self) -> list[int]:
         """The pages that may hold a chunk, in order."""
@@ -558,14 +632,18 @@ class Manifest:
         return value
 
     def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
-        """:meth:`get` of every key; the chunks of each table looked up together (names parsed at once,
-        the pages they need loaded concurrently)."""
-        found: list[Entry | None] = [None] * len(keys)
+        """:meth:`get` of every key."""
+        return self.columns(keys).entries()
+
+    def columns(self, keys: Sequence[str]) -> Gathered:
+        """What every key holds, in columns; the chunks of each table looked up together (names parsed at
+        once, the pages they need loaded concurrently)."""
+        gathered = Gathered(len(keys))
         wanted: dict[str, tuple[list[int], list[str]]] = {}
         entries, arrays = self.entries, self.arrays
         for at, key in enumerate(keys):
             if entries.get(key) is not None:
-                found[at] = self.get(key)
+                gathered.put(at, self.get(key))
                 continue
             array, _, name = key.rpartition("/")
             if array in arrays:
@@ -577,14 +655,51 @@ class Manifest:
             if table.count >= MAX_CHUNKS:  # chunk numbers beyond int64: one at a time
                 for at, name in zip(positions, names, strict=True):
                     flat = table.position(name)
-                    found[at] = None if flat is None else table.get(flat)
+                    gathered.put(at, None if flat is None else table.get(flat))
                 continue
             flats = chunk_numbers(names, table.grid, table.separator)
             valid = flats >= 0
-            chosen = np.asarray(positions, dtype=np.int64)[valid].tolist()
-            for at, entry in zip(chosen, table.get_many(flats[valid]), strict=True):
-                found[at] = entry
-        return found
+            gathered.add_gathered(np.asarray(positions, dtype=np.int64)[valid], table.columns(flats[valid]))
+        return gathered
+
+    def chunk_columns(self, array: str, indices: np.ndarray, separator: str) -> Gathered | None:
+        """What the chunks of ``array`` at ``indices`` (a row of chunk indices each, named by joining them
+        with ``separator``) hold, in columns: nothing per chunk but for those a loose key holds (inline or
+        malformed values, resolved as :meth:`get` resolves them). None unless the array's chunks are in a
+        table of that rank and separator (ask by key then)."""
+        table = self.arrays.get(array)
+        if (
+            table is None
+            or not table.grid
+            or table.count >= MAX_CHUNKS
+            or table.separator != separator
+            or indices.ndim != 2
+            or indices.shape[1] != len(table.grid)
+            or (len(indices) and indices.min() < 0)
+        ):
+            return None
+        flats = flat_numbers(indices.copy(), table.grid)
+        loose = self._loose_chunks(array, table)
+        special = flats < 0
+        if len(loose):
+            special |= np.isin(flats, loose)
+        if not special.any():
+            return table.columns(flats)
+        gathered = Gathered(len(flats))
+        held = np.flatnonzero(~special)
+        gathered.add_gathered(held, table.columns(flats[held]))
+        for at in np.flatnonzero(special).tolist():
+            gathered.put(at, self.get(array + "/" + separator.join(map(str, indices[at].tolist()))))
+        return gathered
+
+    def _loose_chunks(self, array: str, table: ArrayReferences) -> np.ndarray:
+        """The chunk numbers of ``array`` that loose keys name (they come before its table's)."""
+        keys = self.loose_keys()
+        start = array + "/"
+        first = bisect.bisect_left(keys, start)
+        last = bisect.bisect_left(keys, array + "0", first)  # "0" follows "/"
+        flats = [table.position(key[len(start) :]) for key in keys[first:last]]
+        return np.array([flat for flat in flats if flat is not None], dtype=np.int64)
 
     def _chunk(self, key: str) -> tuple[ArrayReferences | None, int]:
         array, _, name = key.rpartition("/")

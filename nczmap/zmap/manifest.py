@@ -27,18 +27,16 @@ then stale records removed: not atomic), and appending to an S3 manifest is not 
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import stat
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
+from nczmap._lazy import numpy as np
 from nczmap.checksum import crc32c
 from nczmap.concurrency import run_all
 from nczmap.errors import (
-    AccessDenied,
     DataError,
     DatasetExists,
     DatasetNotFound,
@@ -46,32 +44,37 @@ from nczmap.errors import (
     FormatError,
     NCZError,
     StorageError,
-    URLError,
     from_os_error,
 )
 from nczmap.manifest import kerchunk_json
-from nczmap.manifest.containers import Container, as_containers, locate, normalize
-from nczmap.manifest.model import WHOLE, Manifest, Reference
+from nczmap.manifest.containers import Container, as_containers, locate
+from nczmap.manifest.model import WHOLE, Gathered, Manifest, Reference
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
 from nczmap.zmap.base import ZMap
 from nczmap.zmap.beneath import Beneath, NotRegular
 from nczmap.zmap.index import KeyIndex
 from nczmap.zmap.keys import ROOT, is_listable_name, normalize_key
+from nczmap.zmap.manifest_columns import ChunkNames, ColumnSpan, KeyNames, Spans, Targets
+from nczmap.zmap.manifest_grants import default_container
+from nczmap.zmap.manifest_sources import (
+    LocalSource,
+    Source,
+    bucket_store,
+    open_remote_source,
+    parse_mtime_tolerance,
+    store_options,
+    tolerate,
+    verify_checksum,
+)
 from nczmap.zmap.osutil import remove_if_present
 from nczmap.zmap.sidecar import Sidecar, remove_unreferenced
 
 INLINE_LIMIT = 64 << 10  # chunk data up to this size is kept in the manifest itself
 MAX_WHOLE_REFERENCE = 2 << 30  # a whole-object reference ([url]) to a larger object is refused
-LOCAL_GAP = 64 << 10  # merge local ranges closer than this: a short extra read beats another syscall
-REMOTE_GAP = 1 << 20  # merge S3 ranges closer than this: a round trip costs more than a MiB
-# One GET per merged span, however long: fill() streams it into the chunks' buffers, so nothing of its size
-# is held; each request costs a round trip (and, on servers such as moto, a read of the whole object).
-REMOTE_MAX_SPAN = 1 << 30
 REMOTE_SPANS_IN_FLIGHT = 16  # merged spans of remote sources (S3, HTTP) requested at once
-STREAM_PIECE = 1 << 20  # an S3 span's body is scattered into the chunks' buffers in pieces of this size
-MAX_IOVECS = 1000  # below the kernel's IOV_MAX for one preadv
 CHECKED_SPAN = 1 << 21  # the longest merged read when its references' checksums are compared
+SPANS_PER_TASK = 256  # merged spans of a local source read by one task (scattered chunks: a span each)
 
 
 class ManifestMap(ZMap):
@@ -89,16 +92,16 @@ class ManifestMap(ZMap):
         """``lock=False`` skips the writer lock: only for a caller that holds the manifest's lock itself."""
         super().__init__(url, mode)
         # Relative references resolve against the manifest's directory, the container granted by default
-        # (unless it is a home directory or an ancestor of one: see _default_container).
+        # (unless it is a home directory or an ancestor of one: see default_container).
         if url.on_s3:
             self._base = f"s3://{url.bucket}/{url.path.rpartition('/')[0]}/"
         else:
             self._base = "file://" + os.path.dirname(url.path) + "/"
         granted = as_containers(containers)
-        self.containers = [_default_container(self._base, _store_options(url), granted), *granted]
-        tolerance = _mtime_tolerance(url, mtime_tolerance)
+        self.containers = [default_container(self._base, store_options(url), granted), *granted]
+        tolerance = parse_mtime_tolerance(url, mtime_tolerance)
         self.gap = gap
-        self._sources: dict[str, _Source] = {}
+        self._sources: dict[str, Source] = {}
         self._resolved: dict[str, tuple[str, Container, str]] = {}  # reference URL -> where it points
         self._directories: dict[str, Beneath] = {}  # container prefix -> its directory, held open
         self._manifest_directory: Beneath | None = None  # a Parquet manifest's directory
@@ -120,7 +123,7 @@ class ManifestMap(ZMap):
                 self._writer_lock.release()
             raise
         if tolerance:
-            _tolerate(self.manifest.sources, tolerance)
+            tolerate(self.manifest.sources, tolerance)
         self._options = {"containers": containers, "gap": gap, "mtime_tolerance": mtime_tolerance}
 
     def reopen_options(self) -> dict[str, object]:
@@ -321,7 +324,7 @@ class ManifestMap(ZMap):
 
     def _manifest_store(self):
         if self._store is None:
-            self._store = _s3_store(self.url.bucket, _store_options(self.url))
+            self._store = bucket_store(self.url.bucket, store_options(self.url))
         return self._store
 
     def _save(self) -> None:
@@ -368,7 +371,7 @@ class ManifestMap(ZMap):
         expected = self.manifest.checksums.get(key[1:]) if self.manifest.checksums else None
         if expected is not None and wanted:  # the whole reference is read to check it
             data = source.read(entry.offset, length)
-            _verify(key, data, expected, source.name)
+            verify_checksum(key, data, expected, source.name)
             return data[start : start + wanted]
         return source.read(entry.offset + start, wanted) if wanted else b""
 
@@ -604,7 +607,7 @@ class ManifestMap(ZMap):
             resolved = self._resolved[url] = locate(url, self._base, self.containers, key)
         return resolved
 
-    def _source(self, key: str, reference: Reference) -> _Source:
+    def _source(self, key: str, reference: Reference) -> Source:
         real, container, relative = self._resolve(reference.url, key)
         with self._lock:
             if self._sidecar is not None and real == self._sidecar.url and self._sidecar.fd >= 0:
@@ -613,7 +616,7 @@ class ManifestMap(ZMap):
                 pending = "pending:" + real
                 source = self._sources.get(pending)
                 if source is None:
-                    source = self._sources[pending] = _LocalSource(real[7:], os.dup(self._sidecar.fd), None)
+                    source = self._sources[pending] = LocalSource(real[7:], os.dup(self._sidecar.fd), None)
                 source.size = self._sidecar.size
                 return source
             source = self._sources.get(real)
@@ -621,9 +624,9 @@ class ManifestMap(ZMap):
                 recorded = self.manifest.sources
                 info = recorded.get(reference.url) or recorded.get(real)
                 if real.startswith("file://"):
-                    source = _LocalSource(real[len("file://") :], self._open_local(container, relative), info)
+                    source = LocalSource(real[len("file://") :], self._open_local(container, relative), info)
                 else:
-                    source = _open_source(real, container, info)
+                    source = open_remote_source(real, container, info)
                 self._sources[real] = source
         return source
 
@@ -648,10 +651,10 @@ class ManifestMap(ZMap):
                 raise
             raise from_os_error(exc, f"cannot open the source {shown!r}") from exc
 
-    def _length(self, reference: Reference, source: _Source, key: str | None = None) -> int:
+    def _length(self, reference: Reference, source: Source, key: str | None = None) -> int:
         """The bytes ``reference`` names; a whole-object reference to more than MAX_WHOLE_REFERENCE bytes
         is refused (no chunk is that large, and reading it would take that much memory)."""
-        if reference.length == WHOLE:
+        if reference.length == WHOLE and reference.offset <= source.size:
             length = source.size - reference.offset
             if length > MAX_WHOLE_REFERENCE:
                 held = f"key {key!r} refers" if key else "a reference refers"
@@ -661,10 +664,11 @@ class ManifestMap(ZMap):
                     "no chunk (refer to a byte range [url, offset, length] instead)"
                 )
             return length
-        if reference.offset + reference.length > source.size:
+        end = reference.offset + max(reference.length, 0)
+        if end > source.size:
             raise StorageError(
                 f"{source.name} holds {source.size} bytes, but a reference needs bytes up to "
-                f"{reference.offset + reference.length}: the source was truncated or replaced"
+                f"{end}: the source was truncated or replaced"
             )
         return reference.length
 
@@ -674,44 +678,132 @@ class ManifestMap(ZMap):
         together: per source, neighbouring ranges merged, the merged spans run concurrently. The count
         returned is the object's whole size, so a reference longer than its buffer shows as a chunk of
         the wrong size to the caller, never as a silently shortened one."""
-        results: list[int | None] = [None] * len(requests)
-        by_source: dict[int, tuple[_Source, list[tuple[int, int, int, memoryview]]]] = {}
         keys = [self._key(key) for key, _ in requests]
-        entries = self.manifest.get_many([key[1:] for key in keys])
-        opened: dict[str, _Source] = {}  # per reference URL, within this call
-        for index, (key, (_, buffer), entry) in enumerate(zip(keys, requests, entries, strict=True)):
-            if entry is None:
-                continue
-            if isinstance(entry, bytes):
-                count = min(len(entry), len(buffer))
-                buffer[:count] = entry[:count]
-                results[index] = len(entry)
-                continue
-            source = opened.get(entry.url)
-            if source is None:
-                source = opened[entry.url] = self._source(key, entry)
-            whole = self._length(entry, source)
-            length = min(whole, len(buffer))
-            results[index] = whole
-            by_source.setdefault(id(source), (source, []))[1].append((index, entry.offset, length, buffer))
-        tasks, remote = [], []
-        for source, wanted in by_source.values():
-            gap = self.gap if self.gap is not None else source.gap
-            ranges = [(offset, length) for _, offset, length, _ in wanted]
-            longest = min(source.max_span, CHECKED_SPAN) if self.manifest.checksums else source.max_span
-            spans = byteranges.merge_ranges(ranges, gap, longest)  # checked: each hashed while hot
-            queue = tasks if isinstance(source, _LocalSource) else remote
-            if self.manifest.checksums:
-                queue.extend(
-                    lambda s=source, p=span, w=wanted: self._filled_and_checked(s, p, w, keys, results)
-                    for span in spans
+        columns = self.manifest.columns([key[1:] for key in keys])
+        counts = self._read_columns(columns, Targets.separate([buffer for _, buffer in requests]), keys)
+        return [None if count < 0 else count for count in counts.tolist()]
+
+    def read_chunks_into(
+        self, array: str, indices: np.ndarray, separator: str, buffer: memoryview, size: int
+    ) -> np.ndarray | None:
+        """:meth:`read_many_into` of the chunks of ``array`` at ``indices`` (a row of chunk indices each:
+        key ``array/i.j`` with ``separator``), chunk ``n`` into ``buffer[n * size : (n + 1) * size]``,
+        without an object per chunk: the byte counts (-1: no content) as an array. None (nothing read)
+        unless the array's references are held in a table of that rank and separator."""
+        array = self._key(array)
+        indices = np.asarray(indices, dtype=np.int64)
+        columns = self.manifest.chunk_columns(array[1:], indices, separator)
+        if columns is None:
+            return None
+        return self._read_columns(
+            columns, Targets.strided(buffer, len(indices), size), ChunkNames(array, indices, separator)
+        )
+
+    def _read_columns(self, columns: Gathered, targets: Targets, names: KeyNames) -> np.ndarray:
+        """Fill the targets with what the keys of ``columns`` hold (``names[n]``: the key of the ``n``-th,
+        for errors and checksums); the byte counts, -1 for no content."""
+        counts = np.full(len(columns), -1, dtype=np.int64)
+        for at, data in columns.inline.items():
+            view = targets.view(at, min(len(data), int(targets.room[at])))
+            view[:] = data[: len(view)]
+            counts[at] = len(data)
+        local, remote = [], []
+        for source, positions in self._by_source(columns, names):
+            offsets = columns.offsets[positions]
+            counts[positions] = whole = self._lengths(
+                source, offsets, columns.lengths[positions], positions, names
+            )
+            spans = self._spans(source, offsets, np.minimum(whole, targets.room[positions]), positions)
+            per_task = 1 if source.remote else SPANS_PER_TASK
+            (remote if source.remote else local).extend(
+                lambda s=source, p=spans, first=first, last=first + per_task: self._fill(
+                    s, p, first, last, targets, names, counts
                 )
-            else:
-                queue.extend(lambda s=source, p=span, w=wanted: s.fill(p, w) for span in spans)
+                for first in range(0, spans.count, per_task)
+            )
         if remote:  # requests mostly wait: many in flight, on threads of their own
             byteranges.run_concurrently(remote, REMOTE_SPANS_IN_FLIGHT)
-        run_all(tasks, self.io_width)
-        return results
+        run_all(local, self.io_width)
+        return counts
+
+    def _by_source(self, columns: Gathered, names: KeyNames) -> list[tuple[Source, np.ndarray]]:
+        """The references of ``columns`` by source (opened in the order they are first named): the
+        positions of each source's."""
+        references = np.flatnonzero(columns.where >= 0)
+        if not len(references):
+            return []
+        numbers = columns.where[references]
+        if (numbers == numbers[0]).all():  # one URL, as often
+            groups = [references]
+        else:
+            order = np.argsort(numbers, kind="stable")
+            starts = np.unique(numbers[order], return_index=True)[1]
+            groups = sorted(np.split(references[order], starts[1:]), key=lambda group: int(group[0]))
+        found: dict[int, tuple[Source, list[np.ndarray]]] = {}
+        for positions in groups:
+            url = columns.urls[int(columns.where[positions[0]])]
+            source = self._source(names[int(positions[0])], Reference(url))
+            found.setdefault(id(source), (source, []))[1].append(positions)
+        return [(source, np.concatenate(parts)) for source, parts in found.values()]
+
+    def _lengths(
+        self,
+        source: Source,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        positions: np.ndarray,
+        names: KeyNames,
+    ) -> np.ndarray:
+        """:meth:`_length` of each reference into ``source`` (its error for the first that has one)."""
+        entire = lengths == WHOLE
+        whole = np.where(entire, source.size - offsets, lengths)
+        bad = np.where(entire, (whole > MAX_WHOLE_REFERENCE) | (whole < 0), offsets > source.size - lengths)
+        if bad.any():
+            at = int(np.flatnonzero(bad)[0])
+            self._length(
+                Reference(source.name, int(offsets[at]), int(lengths[at])), source, names[int(positions[at])]
+            )
+        return whole
+
+    def _spans(
+        self, source: Source, offsets: np.ndarray, lengths: np.ndarray, positions: np.ndarray
+    ) -> Spans:
+        gap = self.gap if self.gap is not None else source.gap
+        longest = min(source.max_span, CHECKED_SPAN) if self.manifest.checksums else source.max_span
+        return Spans.merged(offsets, lengths, positions, gap, longest)  # checked: each hashed while hot
+
+    def _fill(
+        self,
+        source: Source,
+        spans: Spans,
+        first: int,
+        last: int,
+        targets: Targets,
+        names: KeyNames,
+        counts: np.ndarray,
+    ) -> None:
+        """Read spans ``first...last - 1`` into the targets; then, in the same worker (one span's hashing
+        overlaps another's reading), compare the checksums recorded for their references."""
+        checksums = self.manifest.checksums
+        for number in range(first, min(last, spans.count)):
+            span = spans.span(number)
+            source.fill_columns(span, targets)
+            if checksums:
+                self._check(source, span, targets, names, counts)
+
+    def _check(
+        self, source: Source, span: ColumnSpan, targets: Targets, names: KeyNames, counts: np.ndarray
+    ) -> None:
+        """Compare the checksums recorded for the whole references of ``span`` (one longer than its buffer
+        is the caller's error already). No copy, and the hashing releases the GIL."""
+        checksums = self.manifest.checksums
+        for length, at in zip(span.lengths.tolist(), span.positions.tolist(), strict=True):
+            key = names[at]
+            expected = checksums.get(key[1:])
+            if expected is not None and length == counts[at]:
+                view = targets.view(at, length)
+                if crc32c(view) != expected:
+                    verify_checksum(key, bytes(view), expected, source.name)
 
     def read_many(self, keys: Sequence[str], limit: int) -> list[bytes | int | None] | None:
         """Whole objects of ``keys`` read together, when that saves requests: None (read them one by one)
@@ -748,22 +840,6 @@ class ManifestMap(ZMap):
             found[index] = None if count is None else bytes(buffer)
         return found
 
-    def _filled_and_checked(
-        self, source: _Source, span: byteranges.Span, wanted: list, keys: list[str], results: list
-    ) -> None:
-        """:meth:`_Source.fill` of ``span``, then the checksums recorded for its members compared, in the
-        same worker (so one span's hashing overlaps another's reading): whole references only (one longer
-        than its buffer is the caller's error already). No copy, and the hashing releases the GIL."""
-        source.fill(span, wanted)
-        checksums = self.manifest.checksums
-        for member in span.members:
-            index, _, length, buffer = wanted[member]
-            expected = checksums.get(keys[index][1:])
-            if expected is not None and length == results[index]:
-                view = buffer if len(buffer) == length else buffer[:length]  # no copy, no numpy call
-                if crc32c(view) != expected:
-                    _verify(keys[index], bytes(view), expected, source.name)
-
 
 def _writer_lock(path: str, mode: str):
     """The writer lock of the local manifest at ``path``, removing what earlier writers left beside it
@@ -784,369 +860,3 @@ class _Holding:
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.manifest.get(key[1:]) is not None
-
-
-# --------------------------------------------------------------------------------------------- sources
-class _Source:
-    """One file or object references point into."""
-
-    name: str
-    size: int
-    gap: int
-    max_span = 64 << 20  # the longest merged read (its bytes are held at once, unless fill() streams)
-
-    def read(self, offset: int, length: int) -> bytes:
-        raise NotImplementedError
-
-    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
-        """Read ``span`` and place each member range in its buffer."""
-        block = memoryview(self.read(span.start, span.end - span.start))
-        for member in span.members:
-            _, offset, length, buffer = wanted[member]
-            buffer[:length] = block[offset - span.start : offset - span.start + length]
-
-    def close(self) -> None:
-        pass
-
-
-class _LocalSource(_Source):
-    """A regular local file, already opened beneath its container (see ``ManifestMap._open_local``)."""
-
-    gap = LOCAL_GAP
-
-    def __init__(self, path: str, fd: int, recorded: dict | None) -> None:
-        self.name = path
-        self.fd = fd
-        try:
-            info = os.fstat(self.fd)
-            self.size = info.st_size
-            _check_recorded(path, recorded, self.size, mtime=info.st_mtime_ns)
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def read(self, offset: int, length: int) -> bytes:
-        return byteranges.read_exact(self.fd, length, offset, self.name)
-
-    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
-        # One positional read scattered into the callers' buffers; gaps and overlaps go to scratch space.
-        members = sorted(span.members, key=lambda m: wanted[m][1])
-        at, vectors, scratch = span.start, [], []
-        for member in members:
-            _, offset, length, buffer = wanted[member]
-            if offset < at:  # overlaps what is already being read: copy it afterwards
-                scratch.append(member)
-                continue
-            if offset > at:
-                vectors.append(bytearray(offset - at))
-            vectors.append(buffer[:length])
-            at = offset + length
-        start = span.start  # where each batch of vectors begins (a running sum: no rescanning)
-        for first in range(0, len(vectors), MAX_IOVECS):
-            part = vectors[first : first + MAX_IOVECS]
-            expected = sum(map(len, part))
-            if os.preadv(self.fd, part, start) != expected:
-                raise StorageError(f"{self.name!r} is shorter than its references say: it changed")
-            start += expected
-        for member in scratch:
-            _, offset, length, buffer = wanted[member]
-            buffer[:length] = self.read(offset, length)
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
-class _ObjectSource(_Source):
-    """An S3 object (``s3://bucket/key``): its size and ETag from one HEAD (compared with what the manifest
-    recorded), spans as range GETs conditional on that ETag (``If-Match``: an object replaced while it is
-    read is an error, never bytes of two versions)."""
-
-    gap = REMOTE_GAP
-    max_span = REMOTE_MAX_SPAN
-    bucket: str | None = None
-
-    def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
-        self.name = url
-        bucket, _, self.path = url[len("s3://") :].partition("/")
-        self.bucket = bucket
-        self.store = _s3_store(bucket, options)
-        self._head(recorded)
-
-    def _head(self, recorded: dict | None) -> None:
-        import obstore
-
-        try:
-            meta = obstore.head(self.store, self.path)
-        except Exception as exc:
-            error = byteranges.store_error(exc, f"read the source {self.name}", self.bucket)
-            raise error or StorageError(f"the source {self.name} of a reference does not exist") from exc
-        self.size = meta["size"]
-        self.etag = meta.get("e_tag")
-        _check_recorded(self.name, recorded, self.size, etag=self.etag or "(none)")
-
-    def _options(self, start: int, end: int) -> dict:
-        return {"range": (start, end), **({"if_match": self.etag} if self.etag else {})}
-
-    def _failure(self, exc: Exception) -> NCZError:
-        from obstore.exceptions import PreconditionError
-
-        if isinstance(exc, PreconditionError):
-            return StorageError(
-                f"the source {self.name} changed while it was read (its ETag is no longer {self.etag})"
-            )
-        error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
-        return error or StorageError(f"the source {self.name} disappeared")
-
-    def read(self, offset: int, length: int) -> bytes:
-        import obstore
-
-        if not length:
-            return b""
-        try:
-            data = bytes(
-                obstore.get(self.store, self.path, options=self._options(offset, offset + length)).bytes()
-            )
-        except Exception as exc:
-            raise self._failure(exc) from exc
-        if len(data) != length:
-            raise StorageError(
-                f"{self.name} is shorter than its references say ({len(data)} of {length} bytes at "
-                f"offset {offset}): it changed"
-            )
-        return data
-
-    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
-        """One range GET for the span, its body scattered into the members' buffers as it arrives: no
-        buffer of the span's size, one copy of each byte (a span of a whole 256 MiB object reads as fast
-        as one GET of the object)."""
-        import obstore
-
-        if span.end == span.start:  # empty references only: nothing to ask for
-            return
-        members = sorted(span.members, key=lambda m: wanted[m][1])
-        waiting = 0  # members[waiting:] have not started yet
-        active: list[int] = []  # started, not yet complete (several only where references overlap)
-        at = span.start
-        try:
-            result = obstore.get(self.store, self.path, options=self._options(span.start, span.end))
-            for piece in result.stream(min_chunk_size=STREAM_PIECE):
-                view = memoryview(piece)
-                end = min(at + len(view), span.end)
-                while waiting < len(members) and wanted[members[waiting]][1] < end:
-                    active.append(members[waiting])
-                    waiting += 1
-                still = []
-                for member in active:
-                    _, offset, length, buffer = wanted[member]
-                    low, high = max(offset, at), min(offset + length, end)
-                    if high > low:
-                        buffer[low - offset : high - offset] = view[low - at : high - at]
-                    if offset + length > end:
-                        still.append(member)
-                active = still
-                at = end
-                if at == span.end:
-                    break
-        except Exception as exc:
-            raise self._failure(exc) from exc
-        if at != span.end:
-            raise StorageError(
-                f"{self.name} is shorter than its references say ({at - span.start} of "
-                f"{span.end - span.start} bytes at offset {span.start}): it changed"
-            )
-
-
-class _HttpSource(_Source):
-    """A file served over HTTP(S): the canonical URL is requested as it is, one HEAD (size and ETag,
-    compared with what the manifest recorded; whether ranges are served) then range GETs conditional on
-    that ETag (``If-Match``: a file replaced while it is read is an error, never bytes of two versions),
-    through ``nczmap.zmap.http``, which never follows a redirect (a 3xx is AccessDenied) and bounds every
-    request by its deadline and retry budget.
-
-    Merged spans are read as S3's are: one GET a span (up to :data:`REMOTE_MAX_SPAN`), its body scattered
-    into the chunks' buffers as it arrives, many spans in flight (:data:`REMOTE_SPANS_IN_FLIGHT`).
-
-    Container option ``headers`` (a dict, for example an ``Authorization``) goes with every request; it
-    comes from the user's grant, never from the manifest.
-    """
-
-    gap = REMOTE_GAP
-    max_span = REMOTE_MAX_SPAN
-
-    def __init__(self, url: str, options: dict, recorded: dict | None) -> None:
-        from nczmap.zmap.http import HttpReader
-
-        self.name = url
-        headers = options.get("headers") or {}
-        if not isinstance(headers, Mapping):
-            raise DataError(f"the container option 'headers' for {url} must be a dict of strings")
-        try:
-            self.reader = HttpReader(url, headers)
-        except ValueError as exc:
-            raise DataError(f"the container option 'headers' for {url}: {exc}") from None
-        try:
-            head = self.reader.head()
-            _check_recorded(url, recorded, head.size, etag=head.etag or "(none)")
-        except BaseException:
-            self.reader.close()
-            raise
-        self.size = head.size
-        self.reader.conditional = True  # every GET: If-Match the ETag just checked
-
-    def read(self, offset: int, length: int) -> bytes:
-        return self.reader.read(offset, length)
-
-    def fill(self, span: byteranges.Span, wanted: list[tuple[int, int, int, memoryview]]) -> None:
-        if len(span.members) == 1:  # the usual case: straight into the caller's buffer, no copy
-            _, offset, length, buffer = wanted[span.members[0]]
-            self.reader.read_into(offset, buffer[:length])
-        else:
-            targets = [(wanted[m][1], wanted[m][3][: wanted[m][2]]) for m in span.members]
-            self.reader.scatter(span.start, span.end, targets)
-
-    def close(self) -> None:
-        self.reader.close()
-
-
-def _verify(key: str, data, expected: int, source: str) -> None:
-    """Refuse bytes whose crc32c is not the one recorded when the manifest was made (the source was
-    rewritten, whatever its size and modification time say)."""
-    found = crc32c(data)
-    if found != expected:
-        raise StorageError(
-            f"chunk {key!r}: the bytes read from {source} have crc32c {found:#010x}, not the recorded "
-            f"{expected:#010x}: the source was rewritten since the manifest was made"
-        )
-
-
-def _open_source(real: str, container: Container, info: dict | None) -> _Source:
-    if real.startswith(("http://", "https://")):
-        return _HttpSource(real, dict(container.options), info)
-    return _ObjectSource(real, dict(container.options), info)
-
-
-def _check_recorded(name: str, recorded: dict | None, size: int, mtime: int | None = None, etag=None) -> None:
-    """Refuse a source that is not what the manifest recorded (checked once per source, not per chunk).
-
-    Sizes and ETags must be equal. Modification times (ns) too, unless the map was opened with an
-    ``mtime_tolerance`` (seconds, carried by the :class:`_Recorded` entries), because copies keep them to
-    different precisions: ``cp -p`` and ``rsync -t``/``-a`` (3.1 and later) keep nanoseconds between ext4,
-    xfs, btrfs and tmpfs; tar keeps whole seconds (GNU tar ``--format=posix`` keeps nanoseconds); zip
-    keeps 2 s (1 s with Info-ZIP's extended timestamp), as FAT does; a copy without ``-p``/``-t`` gets the
-    time of the copy, which no tolerance meant for rounding accepts. S3 has no modification time: its
-    ETag is compared instead, and is never relaxed. Neither is the size.
-    """
-    if not recorded:
-        return
-    changes = []
-    if "size" in recorded and recorded["size"] != size:
-        changes.append(f"size {recorded['size']} -> {size}")
-    if mtime is not None and "mtime" in recorded:
-        drift = abs(recorded["mtime"] - mtime)
-        allowed = getattr(recorded, "mtime_tolerance", 0)
-        if drift > allowed:
-            within = f", more than the {allowed / 1e9:g} s allowed" if allowed else ""
-            changes.append(f"modification time, {drift / 1e9:.9g} s apart{within}")
-    if etag is not None and "etag" in recorded and recorded["etag"] != etag:
-        changes.append(f"ETag {recorded['etag']} -> {etag}")
-    if changes:
-        raise StorageError(f"the source {name} changed since the manifest was made ({', '.join(changes)})")
-
-
-def _store_options(url: ParsedURL) -> dict[str, str]:
-    if not url.on_s3:
-        return {}
-    options = {"endpoint": url.endpoint, "region": url.region, "profile": url.profile}
-    return {k: v for k, v in options.items() if v}
-
-
-def _s3_store(bucket: str, options: dict):
-    return byteranges.s3_store(
-        bucket, endpoint=options.get("endpoint"), region=options.get("region"), profile=options.get("profile")
-    )
-
-
-class _Recorded(dict):
-    """What the manifest recorded about one source, and by how many nanoseconds its modification time may
-    differ (the map's ``mtime_tolerance``); saved as the plain object it is."""
-
-    mtime_tolerance = 0
-
-
-def _tolerate(sources: dict[str, dict], seconds: float) -> None:
-    for url, recorded in list(sources.items()):
-        entry = sources[url] = _Recorded(recorded)
-        entry.mtime_tolerance = round(seconds * 1e9)
-
-
-def _mtime_tolerance(url: ParsedURL, seconds: object) -> float:
-    """The ``mtime_tolerance`` option, else the URL fragment's ``mtime_tolerance=``; 0 (exact) without."""
-    error: type[URLError | DataError] = DataError
-    if seconds is None:
-        text = url.fragment.get("mtime_tolerance")
-        if text is None:
-            return 0.0
-        error = URLError
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = text
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-        raise error(f"mtime_tolerance {seconds!r} for {url.original!r} is not a number of seconds >= 0")
-    return float(seconds)
-
-
-_SECRETS = (".ssh", ".aws", ".gnupg")  # a directory holding one of these is someone's home
-
-
-def _default_container(base: str, options: dict, granted: list[Container]) -> Container:
-    """The manifest's own directory, granted by default, except for a local manifest lying in ``/``, a home
-    directory or a directory above one: whatever a reference named there would be readable (``~/.ssh``,
-    ``~/.aws``), so such a directory is granted only explicitly."""
-    if not base.startswith("file://"):
-        return Container(base, options)
-    why = _too_wide(os.path.realpath(base[len("file://") :]))
-    if why is None:
-        return Container(base, options)
-    return _Withheld(base, options, reason=why, others=tuple(granted))
-
-
-def _too_wide(directory: str) -> str | None:
-    """Why ``directory`` (real) is too wide to grant by default, or None."""
-    if directory == "/":
-        return "the root directory"
-    home = os.path.expanduser("~")
-    home = os.path.realpath(home) if home.startswith("/") else None
-    if home == directory:
-        return "your home directory"
-    if home is not None and home.startswith(directory + "/"):
-        return f"a directory above your home directory {home}"
-    held = [name for name in _SECRETS if os.path.lexists(os.path.join(directory, name))]
-    if held:
-        return f"a home directory (it holds {', '.join(held)})"
-    return None
-
-
-@dataclass(frozen=True)
-class _Withheld(Container):
-    """The manifest's directory when it is too wide to grant by default (:func:`_default_container`): it
-    grants nothing, and refuses a reference inside it that no explicit grant covers, saying why."""
-
-    reason: str = field(default="", compare=False)
-    others: tuple[Container, ...] = field(default=(), compare=False, repr=False)
-
-    def relative(self, url: str) -> str | None:
-        if super().relative(url) is None or self._granted(url):
-            return None
-        directory = self.prefix[len("file://") :]
-        grant = url[len("file://") :].rsplit("/", 1)[0] + "/"
-        raise AccessDenied(
-            f"reference {url} lies in {directory}, the manifest's own directory, which is not granted by "
-            f"default because it is {self.reason}: its whole tree (~/.ssh, ~/.aws...) would be readable by "
-            f"the manifest. Grant what the references need explicitly: containers=[{grant!r}] (Python) or "
-            f"--allow {grant} (command line)"
-        )
-
-    def _granted(self, url: str) -> bool:
-        spellings = {url, normalize(url, None)} if url.startswith("file://") else {url}
-        return any(c.relative(u) is not None for c in self.others for u in spellings)
