@@ -10,12 +10,20 @@ machine load hits every case alike) and keeps the per-call time of every round; 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+with contextlib.suppress(ImportError):
+    # ecCodes loaded into its own scope before xarray's cfgrib backend loads it into the global one (a
+    # crash at exit once pyproj is loaded: see nczmap.format.gribcodec.import_eccodes)
+    from nczmap.format.gribcodec import import_eccodes
+
+    import_eccodes()
 
 Batch = Callable[[int], float]
 MAX_BATCH = 100_000

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
+
+with contextlib.suppress(ImportError):  # ecCodes into its own scope first: see tests/conftest.py
+    from nczmap.format.gribcodec import import_eccodes
+
+    import_eccodes()
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,17 @@
-"""Shared fixtures: moto's S3 server for the whole session. And a clean exit when ecCodes was loaded."""
+"""Shared fixtures: moto's S3 server for the whole session. ecCodes loaded into its own scope first."""
 
 from __future__ import annotations
 
-import os
-import sys
+import contextlib
 
 import pytest
 
-_exit_status: int | None = None
+with contextlib.suppress(ImportError):
+    # before xarray's cfgrib backend loads it into the global scope, where its bundled PROJ would make the
+    # process crash at exit once pyproj is loaded (see nczmap.format.gribcodec.import_eccodes)
+    from nczmap.format.gribcodec import import_eccodes
+
+    import_eccodes()
 
 
 @pytest.fixture(scope="session")
@@ -18,20 +22,3 @@ def s3_server():
     server = start_server()
     yield server
     server.stop()
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:
-    global _exit_status
-    _exit_status = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config) -> None:
-    """Leave without running C++ static destructors once ecCodes is loaded (xarray imports it with
-    cfgrib's backend, in every process that lists its engines): its wheel's eckit bundles its own PROJ,
-    whose destructors and those of pyproj's PROJ free the same objects at exit (a double free, SIGABRT
-    after every test passed). Everything is reported and written by now."""
-    if _exit_status is not None and "eccodes" in sys.modules:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_exit_status)

@@ -6,8 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-eccodes = __import__("pytest").importorskip("eccodes")
+pytest.importorskip("pyproj")  # before ecCodes, whose own PROJ would otherwise be the one pyproj calls
+eccodes = pytest.importorskip("eccodes")
 
 
 def message(sample: str = "regular_ll_pl_grib2", values=None, **keys) -> bytes:
@@ -88,6 +90,16 @@ def lambert(path: Path, names=("t", "2t"), date=20240101, time=600, step=1, seed
                         scaledValueOfFirstFixedSurface=2)  # fmt: skip
         values = field(seed + index + date + time + step, 1200)
         found.append(message("GRIB2", values=values, shortName=name, **keys))
+    return write(path, found)
+
+
+def hrrr(path: Path, hour: int, levels=(850, 500)) -> Path:
+    """An HRRR-like analysis of ``hour`` on the Lambert grid: temperature on pressure levels and surface
+    pressure, so two groups (``/isobaricInhPa``, ``/surface``)."""
+    common = {**LAMBERT, "dataDate": 20240101, "dataTime": hour * 100, "step": 0}
+    found = [message("regular_ll_pl_grib2", field(hour + level, 1200), shortName="t", level=level, **common)
+             for level in levels]  # fmt: skip
+    found.append(message("GRIB2", field(hour, 1200, base=101325, scale=500), shortName="sp", **common))
     return write(path, found)
 
 

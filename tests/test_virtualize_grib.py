@@ -288,12 +288,12 @@ def test_large_messages_are_hopped_over_reading_only_their_headers():
     assert len(big[0]) > grib_messages.HOP
 
 
-def test_small_messages_are_read_through_in_few_reads():
-    data = gs.message() * 2000  # 2,000 messages of 1.6 KiB
+def test_small_messages_of_a_remote_file_are_read_through_in_few_reads():
+    data = gs.message() * 8000  # 8,000 messages of 1.6 KiB
     source = BytesFile(data)
-    messages = grib_messages.walk(source.read, source.size, source.name)
-    assert len(messages) == 2000
-    assert source.reads < 40
+    messages = grib_messages.walk(source.read, source.size, source.name, remote=True)
+    assert len(messages) == 8000
+    assert source.reads < 20
 
 
 # ------------------------------------------------------------------------------------------ damage
@@ -353,3 +353,26 @@ SECTIONS = st.builds(
 def test_random_sections_after_section_0_raise_only_nczmap_errors(length, body, end):
     data = b"GRIB\x00\x00\x00\x02" + length.to_bytes(8, "big") + body + (b"7777" if end else b"")
     parse_anything(data)
+
+
+def test_eccodes_libraries_stay_out_of_the_global_scope_so_pyproj_exits_cleanly():
+    """ecCodes' wheels load eckit's own PROJ (and SQLite, curl, OpenSSL) globally; a pyproj loaded after
+    them used to crash the process at exit. Loaded by nczmap, they stay ecCodes' own."""
+    import subprocess
+    import sys
+
+    script = (
+        "import ctypes\n"
+        "from nczmap.format.gribcodec import import_eccodes\n"
+        "eccodes = import_eccodes()\n"
+        "handle = eccodes.codes_grib_new_from_samples('regular_ll_pl_grib2')\n"
+        "assert eccodes.codes_get(handle, 'numberOfValues') > 0\n"
+        "assert not hasattr(ctypes.CDLL(None), 'proj_context_create')\n"
+        "import xarray\n"
+        "xarray.backends.list_engines()\n"
+        "import pyproj\n"
+        "print(pyproj.CRS(4326).name)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "WGS 84"

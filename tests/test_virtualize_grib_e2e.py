@@ -20,7 +20,7 @@ pytest.importorskip("cfgrib")
 xr = pytest.importorskip("xarray")
 import grib_samples as gs  # noqa: E402
 
-from nczmap.integrations.virtualize import virtualize  # noqa: E402
+from nczmap.integrations.virtualize import grib_messages, virtualize  # noqa: E402
 
 
 def open_manifest(path, group=None, containers=None):
@@ -180,14 +180,15 @@ def test_a_collection_over_http_is_the_collection_read_locally(tmp_path, cycles,
 def test_large_messages_over_http_are_read_by_their_headers(tmp_path, no_proxy):
     import latency_server
 
-    grid = {"Ni": 400, "Nj": 400, "iDirectionIncrementInDegrees": 0.1, "jDirectionIncrementInDegrees": 0.1,
-            "latitudeOfLastGridPointInDegrees": 20.1, "longitudeOfLastGridPointInDegrees": 39.9,
-            "numberOfDataPoints": 400 * 400}  # fmt: skip
+    grid = {"Ni": 800, "Nj": 800, "iDirectionIncrementInDegrees": 0.05, "jDirectionIncrementInDegrees": 0.05,
+            "latitudeOfLastGridPointInDegrees": 20.05, "longitudeOfLastGridPointInDegrees": 39.95,
+            "numberOfDataPoints": 800 * 800}  # fmt: skip
     count = grid["numberOfDataPoints"]
     big = [
         gs.message(**grid, values=gs.field(i, count), bitsPerValue=32, level=100 * (i + 1)) for i in range(6)
     ]
-    path = gs.write(tmp_path / "big.grib2", big)  # messages of 640 KB: their headers are read, no more
+    path = gs.write(tmp_path / "big.grib2", big)  # messages of 2.5 MB, beyond SMALL_MESSAGE: hopped over
+    assert len(big[0]) > grib_messages.SMALL_MESSAGE
     with latency_server.serving(tmp_path, latency=0.002) as server:
         virtualize([f"{server.url}/big.grib2"], tmp_path / "refs.json")
         stats = server.stats()

@@ -14,6 +14,9 @@ into it are serialised, as kerchunk and cfgrib serialise theirs.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
+import sys
 import threading
 
 import numpy as np
@@ -27,16 +30,38 @@ _LOCK = threading.RLock()
 
 
 def import_eccodes():
-    """The ``eccodes`` module, imported after pyproj when pyproj is installed.
+    """The ``eccodes`` module, its libraries loaded into its own scope.
 
-    ecCodes' wheels bring a PROJ of their own (in eckitlib) into the process' global symbol scope; a pyproj
-    loaded after it calls that PROJ instead of its own, and the process crashes at exit (a double free).
-    Loaded first, pyproj keeps its own."""
-    with contextlib.suppress(ImportError):
-        import pyproj  # noqa: F401
-    import eccodes
+    ecCodes' Python package loads its wheels' libraries through findlibs with ``RTLD_GLOBAL``: eckit's
+    bundled PROJ, SQLite, curl and OpenSSL then answer for those names in every library loaded after them
+    (pyproj's PROJ calls eckit's), and the process crashes at exit (a double free). Loaded here, they are
+    loaded ``RTLD_LOCAL``: libeccodes still finds them (as its dependencies, by soname), nothing else does.
+    A process that imported ecCodes before (cfgrib's xarray backend does) keeps what it did."""
+    with _LOCK:
+        if "gribapi.bindings" not in sys.modules:
+            with _loaded_locally():
+                import eccodes
+        import eccodes
 
     return eccodes
+
+
+@contextlib.contextmanager
+def _loaded_locally():
+    try:
+        import findlibs
+    except ImportError:  # an ecCodes that does not load through findlibs: nothing to change
+        yield
+        return
+    loading = getattr(findlibs, "_load_globally", None)
+    if loading is None:
+        yield
+        return
+    findlibs._load_globally = lambda path: ctypes.CDLL(path, mode=os.RTLD_LOCAL)
+    try:
+        yield
+    finally:
+        findlibs._load_globally = loading
 
 
 def data_points(message) -> int | None:

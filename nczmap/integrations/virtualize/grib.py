@@ -54,6 +54,7 @@ from nczmap.integrations.virtualize.parsed import (
     native_dtype,
     source_layout,
 )
+from nczmap.integrations.virtualize.sources import RemoteFile
 
 GRID_TEMPLATES = {
     0: "regular latitude/longitude",
@@ -163,7 +164,7 @@ def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
 
 def parse(file, options: ParseOptions) -> ParsedFile:
     """The model of a GRIB2 file: its messages' variables, each message one chunk reference."""
-    messages = walk(file.read, file.size, file.name)
+    messages = walk(file.read, file.size, file.name, isinstance(file, RemoteFile))
     fields, refused = _fields(messages, file.name)
     if not fields:
         reasons = sorted({r.reason for r in refused})

@@ -50,8 +50,8 @@ def earth(grid: Grid) -> dict[str, float]:
 
 def _scaled(keys: dict[str, int], what: str) -> float:
     factor, value = keys.get("scaleFactorOf" + what), keys.get("scaledValueOf" + what)
-    if factor is None or value is None or value <= 0:
-        raise NoGridMapping(f"its {what} is missing")
+    if factor is None or value is None or not 0 <= factor <= 20 or not 0 < value < 1 << 32:
+        raise NoGridMapping(f"its {what} is missing or out of range (scale factor {factor}, value {value})")
     return value / 10.0**factor
 
 
@@ -96,12 +96,16 @@ def projected_axes(grid: Grid, attributes: dict[str, object]) -> tuple[np.ndarra
     """A Lambert grid's x and y (metres), from its first grid point, Dx, Dy and scanning directions."""
     import pyproj
 
-    crs = pyproj.CRS.from_wkt(str(attributes["crs_wkt"]))
-    to_grid = pyproj.Transformer.from_crs(crs.geodetic_crs, crs, always_xy=True)
     p = grid.projection
-    x0, y0 = to_grid.transform(
-        p["longitudeOfFirstGridPointInDegrees"], p["latitudeOfFirstGridPointInDegrees"]
-    )
+    first = (p["longitudeOfFirstGridPointInDegrees"], p["latitudeOfFirstGridPointInDegrees"])
+    try:
+        crs = pyproj.CRS.from_wkt(str(attributes["crs_wkt"]))
+        to_grid = pyproj.Transformer.from_crs(crs.geodetic_crs, crs, always_xy=True)
+        x0, y0 = to_grid.transform(*first, errcheck=True)
+    except pyproj.exceptions.ProjError as exc:
+        raise NoGridMapping(f"PROJ cannot project its first grid point: {exc}") from None
+    if not (np.isfinite(x0) and np.isfinite(y0)):
+        raise NoGridMapping(f"its first grid point {first} projects to ({x0}, {y0})")
     ny, nx = grid.shape
     dx = -p["DxInMetres"] if grid.flags["iScansNegatively"] else p["DxInMetres"]
     dy = p["DyInMetres"] if grid.flags["jScansPositively"] else -p["DyInMetres"]

@@ -7,8 +7,9 @@ sections 0 to 6's headers are read; the data section is skipped. A message whose
 fields in one message) is refused by name: a chunk reference is one whole message.
 
 The file is walked message to message, each message's section 0 giving where the next starts. Reads are
-windows: a few KiB at each message while messages are large (only their headers are read), several MiB
-at a time while they are small (reading through costs less than one request a message on a network).
+windows: a few KiB at each message of a local file, and of a remote one while its messages are large
+(only their headers are read); 8 MiB at a time from a remote file while its messages are small (under 2
+MiB: reading them through costs less than a request a message, sequential, at a network's latency).
 Every length is checked against the message and the file before it is used, so a damaged file is a
 :class:`~nczmap.errors.FormatError` naming it and the offset.
 """
@@ -25,9 +26,11 @@ MAGIC = b"GRIB"
 END = b"7777"
 ORDER = (1, 2, 3, 4, 5, 6, 7)  # section 2 may be absent
 SMALLEST = {1: 21, 2: 5, 3: 14, 4: 9, 5: 11, 6: 6, 7: 5}  # the shortest length each section can have
-HOP = 16 << 10  # read at each message while messages are large
-THROUGH = 4 << 20  # read at a time while messages are small
-SMALL_MESSAGE = 512 << 10  # messages this small on average are read through rather than hopped over
+HOP = 16 << 10  # read at each message of a local file, or of a remote one while its messages are large
+THROUGH = 8 << 20  # read at a time from a remote file while its messages are small
+# A remote file's messages this small on average are read through rather than hopped over: fetching one
+# costs less than the latency of a request (2 MiB: 40 ms at 50 MB/s)
+SMALL_MESSAGE = 2 << 20
 SEARCH = 64 << 10  # bytes searched for the next GRIB after a message (padding between messages)
 # indicatorOfUnitOfTimeRange -> seconds (code table 4.4; months, years, decades... have no fixed length)
 UNIT_SECONDS = {0: 60, 1: 3600, 2: 86400, 10: 10800, 11: 21600, 12: 43200, 13: 1}
@@ -128,9 +131,10 @@ def _u(data: bytes, at: int, width: int) -> int:
 class Window:
     """The bytes of a file read in windows: a few KiB where messages are large, MiB where small."""
 
-    def __init__(self, read: Callable[[int, int], bytes], size: int) -> None:
+    def __init__(self, read: Callable[[int, int], bytes], size: int, remote: bool = False) -> None:
         self.read = read
         self.size = size
+        self.remote = remote
         self.start = 0
         self.data = b""
         self.messages = 0
@@ -139,7 +143,7 @@ class Window:
     def get(self, offset: int, length: int) -> bytes:
         end = offset + length
         if not (self.start <= offset and end <= self.start + len(self.data)):
-            small = self.messages and self.message_bytes // self.messages <= SMALL_MESSAGE
+            small = self.remote and self.messages and self.message_bytes // self.messages <= SMALL_MESSAGE
             wanted = max(length, THROUGH if small else HOP)
             self.start = offset
             self.data = self.read(offset, min(wanted, self.size - offset))
@@ -150,9 +154,9 @@ class Window:
         self.message_bytes += length
 
 
-def walk(read: Callable[[int, int], bytes], size: int, name: str) -> list[Message]:
-    """Every message of the file, in order."""
-    window = Window(read, size)
+def walk(read: Callable[[int, int], bytes], size: int, name: str, remote: bool = False) -> list[Message]:
+    """Every message of the file, in order (``remote``: read through small messages)."""
+    window = Window(read, size, remote)
     found: list[Message] = []
     offset = 0
     while offset < size:
