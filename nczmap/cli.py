@@ -244,16 +244,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     virtual = commands.add_parser(
         "virtualize",
-        help="write a manifest (kerchunk JSON or Parquet) presenting netCDF-4/HDF5, netCDF-3 and TIFF/COG "
-        "files as one NCZarr dataset, copying no data",
+        help="write a manifest (kerchunk JSON or Parquet) presenting netCDF-4/HDF5, netCDF-3, TIFF/COG and "
+        "GRIB2 files and NCZarr/Zarr stores as one NCZarr dataset, copying no data",
         parents=[shown],
     )
     virtual.add_argument(
         "sources",
         nargs="+",
         metavar="SRC",
-        help="netCDF-4/HDF5, netCDF-3 or TIFF files: paths (globs expanded), http(s) URLs, S3 objects or "
-        "prefixes (s3://bucket/dir/), or @LIST, a file naming one source a line (# comments)",
+        help="netCDF-4/HDF5, netCDF-3, TIFF or GRIB2 files (a GRIB2 message is one chunk; HRRR, GFS: "
+        "--concat time or step): paths (globs expanded), http(s) URLs, S3 objects or prefixes "
+        "(s3://bucket/dir/), or @LIST, a file naming one source a line (# comments); NCZarr and Zarr "
+        "stores: directories, and URLs whose #mode= names nczarr, zarr or xarray "
+        "(file:///runs/day1.zip#mode=nczarr,zip, s3://bucket/runs/day*#mode=zarr,s3)",
     )
     virtual.add_argument("destination", metavar="DST", help="the manifest: a path or URL, e.g. refs.json")
     virtual.add_argument(

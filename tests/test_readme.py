@@ -41,6 +41,7 @@ pytest.importorskip("icechunk")
 pytest.importorskip("dask")
 pytest.importorskip("zarr")
 
+import grib_samples  # noqa: E402
 import readme_snippets  # noqa: E402
 from readme_snippets import HOOK, Snippet, instrument, localize  # noqa: E402
 from s3server import BUCKET  # noqa: E402
@@ -58,6 +59,7 @@ MUR_DAYS = [date(2024, 6, d) for d in (1, 2, 3)]  # the catalogue of the remote-
 ARCHIVE_DAYS = [date(2026, 3, d) for d in (12, 13, 14)]  # /archive/sst_*.nc before the first virtualize
 COG_DAYS = [date(2020, 5, 30), date(2020, 5, 31), date(2020, 6, 1), date(2020, 6, 2)]
 COG_SCALE, COG_NODATA, COG_SHAPE = 0.01, -32768, (128, 256)  # two 128x128 tiles
+HRRR_CYCLES = (0, 6, 12, 18)  # /data/hrrr/hrrr.t{HH}z.grib2
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -192,6 +194,9 @@ class Sandbox:
         # --append: /archive/sst_*.nc (later days are written just before the commands that add them)
         for day in ARCHIVE_DAYS:
             self.nc(self.archive / f"sst_{day:%Y%m%d}.nc", day)
+        # GRIB2: a day of HRRR-like cycles, /data/hrrr/hrrr.t{HH}z.grib2
+        (self.data / "hrrr").mkdir()
+        self.hrrr = [grib_samples.hrrr(self.data / "hrrr" / f"hrrr.t{h:02d}z.grib2", h) for h in HRRR_CYCLES]
         # A year of daily COGs: s3://bucket/sst/sst_2020*.tif, and one the pattern leaves out
         for day in [date(2019, 12, 31), *COG_DAYS]:
             path = self.root / "upload" / f"sst_{day:%Y%m%d}.tif"
@@ -330,6 +335,20 @@ def check_june_mean(sb: Sandbox, value, ns) -> None:
     assert np.allclose(value.values, expected, equal_nan=True)
 
 
+def check_hrrr_joined(sb: Sandbox, value, ns) -> None:
+    assert value.returncode == 0, value.stderr
+    with nczmap.open_dataset(sb.url(sb.data / "hrrr.json"), containers=[f"{sb.data / 'hrrr'}/"]) as ds:
+        assert ds.dimensions["time"].size == len(HRRR_CYCLES)
+        assert sorted(ds.groups) == ["isobaricInhPa", "surface"]
+
+
+def check_hrrr_500(sb: Sandbox, value, ns) -> None:
+    assert value.dims == ("time", "y", "x")
+    for index, path in enumerate(sb.hrrr):
+        theirs = grib_samples.cfgrib_dataset(path, filter_by_keys={"typeOfLevel": "isobaricInhPa"})
+        assert np.array_equal(value.values[index], theirs.t.sel(isobaricInhPa=500).values)
+
+
 def check_lazy(sb: Sandbox, value, ns) -> None:
     import dask.array
 
@@ -433,6 +452,9 @@ AFTER: dict[str, Callable[[Sandbox, object, dict], None]] = {
     "nczmap virtualize 's3://bucket/sst/sst_2020*.tif' sst.parq --new-dim time=%Y%m%d": check_cube,
     ")  # the grant the references need": check_needs_grant,
     'ds.band_data.sel(time="2020-06").mean("time")  # time is datetime64, x/y in the CRS': check_june_mean,
+    # GRIB2
+    "nczmap virtualize '/data/hrrr/hrrr.t*z.grib2' hrrr.json --concat time": check_hrrr_joined,
+    'hrrr.t.sel(isobaricInhPa=500, step="0h")  # (time, y, x)': check_hrrr_500,
     # xarray and dask
     "chunks={})  # lazy, dask": check_lazy,
     'tree = xr.open_datatree("s3://bucket/run1#mode=nczarr,s3", engine="nczmap")  # groups': check_tree,
