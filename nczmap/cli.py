@@ -316,7 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="remote sources parsed at once (default 64; local files are parsed one after another)",
+        help="remote sources parsed at once (default 128; local files are parsed one after another)",
     )
     virtual.add_argument(
         "--deadline",

@@ -25,6 +25,7 @@ here. The HTTP reader (``nczmap.zmap.http``) follows no redirect, so a granted s
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import re
@@ -173,6 +174,7 @@ _CONTROL_OR_BACKSLASH = re.compile(r"[\x00-\x1f\x7f\\]")
 _UNSAFE_SEGMENT = re.compile(r"[\x00-\x1f\x7f\\%]")
 
 
+@functools.lru_cache(maxsize=1 << 14)  # a collection's URLs are normalized at each step they pass through
 def _normalize_http(scheme: str, rest: str, url: str, directory: bool) -> str:
     """``scheme://host[:port]/path`` canonical (see the module notes); ``rest`` follows ``://``, raw."""
     if _CONTROL_OR_BACKSLASH.search(rest):

@@ -69,7 +69,7 @@ from nczmap.zmap.byteranges import DEFAULT_POLICY, RequestPolicy, merge_ranges, 
 CONNECT_TIMEOUT = 5.0  # seconds, as byteranges.CLIENT_OPTIONS
 READ_TIMEOUT = 15.0  # the longest wait for any progress (the deadline bounds the whole request)
 MAX_RETRIES = DEFAULT_POLICY.attempts - 1
-POOL_SIZE = 64  # idle connections kept per host
+POOL_SIZE = 128  # idle connections kept per host (as many as sources parsed at once)
 MAX_IDLE = 256  # idle connections kept in all
 IDLE_SECONDS = 20.0  # an idle connection older than this is closed, not reused
 SPANS_IN_FLIGHT = 16  # spans of one read_ranges call requested at once

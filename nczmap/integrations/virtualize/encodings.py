@@ -268,11 +268,13 @@ def settle(variable: SourceVariable) -> str | None:
     files' variables, in the order of its storages; a twin that is the variable itself shares the first
     file's attributes): time-valued variables re-encoded in one encoding, others stored decoded. Returns
     why the variable must be loaded, or None when its files agree."""
-    theirs = [attributes(twin) for twin in variable.twins]
     mine = attributes(variable)
+    theirs = [mine if twin is variable else attributes(twin) for twin in variable.twins]
     typed = not variable.untyped
-    names = sorted({name for other in theirs for name in differing(mine, other, typed=typed)})
-    for twin, other in zip(variable.twins, theirs, strict=True):
+    pairs = zip(variable.twins, theirs, strict=True)
+    others = [(twin, other) for twin, other in pairs if twin is not variable]  # a twin shares my attributes
+    names = sorted({name for _, other in others for name in differing(mine, other, typed=typed)})
+    for twin, other in others:
         names += [name for name in _packed_types(variable, twin, mine, other) if name not in names]
     if not names:
         return None

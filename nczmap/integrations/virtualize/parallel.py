@@ -41,7 +41,7 @@ from nczmap.integrations.virtualize.sources import LocalFile, RemoteFile, Source
 from nczmap.progress import Progress
 from nczmap.zmap.byteranges import RequestPolicy
 
-CONCURRENCY = 64  # remote sources parsed at once by default
+CONCURRENCY = 128  # remote sources parsed at once by default
 
 
 def parse_all(

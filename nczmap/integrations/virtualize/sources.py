@@ -26,6 +26,7 @@ parsed is a StorageError naming it, "changed while it was being virtualized".
 from __future__ import annotations
 
 import bisect
+import functools
 import glob
 import io
 import os
@@ -33,6 +34,7 @@ import posixpath
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from nczmap.errors import FormatError, NCZError, StorageError, URLError
 from nczmap.integrations.virtualize.files import LocalFile, SourceFile
@@ -195,10 +197,9 @@ def _object_url(text: str, url: ParsedURL, key: str) -> str:
     return head + key + (sep + fragment if sep else "")
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def _is_http(text: str) -> bool:
     """A plain web URL: http(s), no ``#mode=s3`` fragment, not an AWS S3 host (those are S3 objects)."""
-    from urllib.parse import urlsplit
-
     if not text.lower().startswith(("http://", "https://")) or "#" in text:
         return False
     host = (urlsplit(text).hostname or "").lower()
