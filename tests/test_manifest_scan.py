@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -257,3 +258,25 @@ def test_the_fast_path_agrees_with_the_ordinary_parse_on_generated_manifests(
         assert fast.sorted_keys() == slow.sorted_keys()
         for key in [*slow.sorted_keys(), "a/11", "a/x"]:
             assert outcome(fast, key) == outcome(slow, key), (data, key)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='\\"a', min_size=1, max_size=40))
+def test_quotes_escaped_by_odd_runs_of_backslashes_are_not_delimiters(text):
+    """The string delimiters are the quotes after an even run of backslashes (none included), as a JSON
+    scanner reading left to right finds them."""
+    data = ("{" + text).encode()
+    delimiters, escaped = [], False
+    for at, char in enumerate(data.decode()):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            delimiters.append(at)
+    found = kerchunk_scan._strings(np.frombuffer(data, dtype=np.uint8))
+    if len(delimiters) % 2:
+        assert found is None
+    else:
+        assert found is not None
+        assert sorted([*found[0].tolist(), *found[1].tolist()]) == delimiters

@@ -79,7 +79,7 @@ def scan(data: bytes, parse) -> Scanned | None:
     if len(data) < MIN_SIZE or _EMPTY_KEY.search(data):
         return None
     raw = np.frombuffer(data, dtype=np.uint8)
-    strings = _strings(raw, data)
+    strings = _strings(raw)
     if strings is None:
         return None
     found = _candidates(raw, *strings)
@@ -92,23 +92,27 @@ def scan(data: bytes, parse) -> Scanned | None:
     return Scanned(document, found)
 
 
-def _strings(raw: np.ndarray, data: bytes) -> tuple[np.ndarray, np.ndarray] | None:
+def _strings(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Where every string opens and closes (its quotes), or None if the quotes do not pair."""
     quotes = np.flatnonzero(raw == QUOTE)
     if len(quotes) and quotes[0] == 0:
         return None  # no JSON object starts with a string
-    if np.count_nonzero(raw[quotes - 1] == BACKSLASH) > 100_000:
+    after_backslash = quotes[raw[quotes - 1] == BACKSLASH]
+    if len(after_backslash) > 100_000:
         return None
-    # each run of backslashes before a quote, matched from its start (in C: linear however long the run)
-    drop = [m.end() - 1 for m in _BACKSLASHED_QUOTE.finditer(data) if (m.end() - m.start() - 1) % 2]
-    if drop:
-        quotes = quotes[~np.isin(quotes, np.array(drop, dtype=np.int64))]
+    if len(after_backslash):  # escaped where the run of backslashes before it is odd
+        quotes = quotes[~np.isin(quotes, after_backslash[_run_lengths(raw, after_backslash) % 2 == 1])]
     if len(quotes) % 2:
         return None
     return quotes[0::2], quotes[1::2]
 
 
-_BACKSLASHED_QUOTE = re.compile(rb'(?<!\\)\\+"')
+def _run_lengths(raw: np.ndarray, quotes: np.ndarray) -> np.ndarray:
+    """The length of the run of backslashes that ends just before each of ``quotes`` (each has one)."""
+    slashes = np.flatnonzero(raw == BACKSLASH)
+    firsts = np.flatnonzero(np.diff(slashes, prepend=-2) != 1)  # where each run begins among them
+    run_start = np.repeat(slashes[firsts], np.diff(np.append(firsts, len(slashes))))
+    return quotes - run_start[np.searchsorted(slashes, quotes - 1)]
 
 
 def _candidates(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> _Candidates | None:
@@ -131,7 +135,8 @@ def _candidates(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> _Cand
     where = np.searchsorted(brackets, url_ends)
     ends = np.where(where < len(brackets), brackets[np.minimum(where, len(brackets) - 1)], size)
     following = np.append(opens, size)[chosen + 2]  # the next string: the bracket must come first
-    odd = np.flatnonzero(_ODD[raw])
+    # what a key or URL taken as it is may not hold: controls, non-ASCII, backslashes
+    odd = np.flatnonzero(((raw - np.uint8(0x20)) >= np.uint8(0x5F)) | (raw == BACKSLASH))  # wraps below 0x20
     good = _no_odd(odd, keys, key_ends) & _no_odd(odd, urls, url_ends) & (key_ends > keys) & (urls < url_ends)
     good &= (ends < following) & (ends - url_ends >= 5) & (ends - url_ends <= MAX_TAIL + 1)
     good &= (key_ends - keys <= MAX_TEXT) & (url_ends - urls <= MAX_TEXT)
@@ -152,9 +157,6 @@ def _candidates(raw: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> _Cand
     return _Candidates(raw, keys, key_ends, urls, url_ends, *numbers, ends)
 
 
-_ODD = np.ones(256, dtype=bool)  # what a key or URL taken as it is may not hold: controls, non-ASCII, \
-_ODD[0x20:0x7F] = False
-_ODD[BACKSLASH] = True
 _NUMERIC = np.zeros(256, dtype=bool)
 _NUMERIC[list(b"0123456789,\n")] = True
 _FIELDS = np.array([COMMA, COMMA, 10], dtype=np.uint8)
@@ -301,7 +303,7 @@ def _gathered(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
     parts = []
     for first in range(0, len(starts), rows):
         part = slice(first, first + rows)
-        window = raw[np.minimum(starts[part, None] + columns, len(raw) - 1)].copy()
+        window = _windows(raw, starts[part], width)
         window[columns == lengths[part, None]] = 10
         parts.append(window[columns <= lengths[part, None]].tobytes())
     return b"".join(parts)
@@ -343,8 +345,17 @@ def _same_as_previous(raw: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> 
     for first in range(1, count, rows):
         part = slice(first, min(count, first + rows))
         previous = slice(first - 1, min(count, first + rows) - 1)
-        here = raw[np.minimum(starts[part, None] + columns, len(raw) - 1)]
-        there = raw[np.minimum(starts[previous, None] + columns, len(raw) - 1)]
+        here = _windows(raw, starts[part], width)
+        there = _windows(raw, starts[previous], width)
         within = columns < lengths[part, None]
         same[part] &= ((here == there) | ~within).all(axis=1)
     return same
+
+
+def _windows(raw: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """``raw[start : start + width]`` for each of ``starts``, as the rows of a new array (past the end of
+    ``raw``, its last byte again). Rows are copied from a sliding view, without an index per byte."""
+    if len(starts) and int(starts.max()) + width <= len(raw):
+        return np.lib.stride_tricks.sliding_window_view(raw, width)[starts]
+    columns = np.arange(width, dtype=np.int64)
+    return raw[np.minimum(starts[:, None] + columns, len(raw) - 1)]
