@@ -260,6 +260,28 @@ def test_inner_chunks_of_shards_are_referred_to_inside_their_shards(tmp_path):
         np.testing.assert_array_equal(theirs["s"].values, np.where(values == -1, np.nan, values))
 
 
+def test_an_array_whose_metadata_is_damaged_is_refused_by_name_the_others_kept(tmp_path):
+    store = tmp_path / "damaged.zarr"
+    group = zarr.open_group(store, mode="w", zarr_format=2)
+    for name in ("good", "bad"):
+        array = group.create_array(name, shape=(4,), chunks=(2,), dtype="i4", fill_value=None)
+        array[...] = np.arange(4, dtype="i4")
+        array.attrs["_ARRAY_DIMENSIONS"] = ["x"]
+    zarray = store / "bad" / ".zarray"
+    zarray.write_bytes(zarray.read_bytes()[:23])  # cut short, as a transfer cut short leaves it
+    refs = tmp_path / "refs.json"
+    with pytest.warns(UserWarning) as caught:
+        result = virtualize([str(store)], refs)
+    assert [r.variable for r in result.refused] == ["/bad"]
+    assert "cannot be read" in result.refused[0].reason and ".zarray" in result.refused[0].reason
+    assert any("/bad" in str(w.message) and "not virtualized" in str(w.message) for w in caught), [
+        str(w.message) for w in caught
+    ]
+    with nczmap.open_dataset(manifest_url(refs), containers=result.containers) as ds:
+        assert "bad" not in ds.variables
+        np.testing.assert_array_equal(ds.variables["good"][...], np.arange(4))
+
+
 def test_fortran_order_arrays_are_loaded_with_their_values(tmp_path):
     v2 = zarr.open_group(tmp_path / "fortran.zarr", mode="w", zarr_format=2)
     with warnings.catch_warnings():

@@ -37,6 +37,7 @@ from nczmap.integrations.virtualize.files import LocalFile, SourceFile, file_sta
 from nczmap.integrations.virtualize.parsed import (
     ParsedFile,
     ParseOptions,
+    Refusal,
     Storage,
     model_of,
     native_dtype,
@@ -183,7 +184,9 @@ def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
             variable.fill_is_missing = pure_v2 and variable.layout.fill_value is not None
             variable.layout = _as_source_layout(variable.layout)
             notes += _fill_as_attribute(variable, file)
-    return ParsedFile(file.name, root, format="zarr", closers=[opened.close], notes=notes)
+    # arrays the store's reader could not read (damaged metadata, say): left out by name, never silently
+    refused = [Refusal(key, f"it cannot be read: {why}", file.name) for key, why in dataset.problems]
+    return ParsedFile(file.name, root, refused, format="zarr", closers=[opened.close], notes=notes)
 
 
 def _zarr_v3(dataset) -> bool:
