@@ -5,7 +5,8 @@ The files are HRRR-like: ``--files`` hourly analyses (``hrrr.t{HH}z.grib2``), ea
 (temperature, wind, humidity and geopotential on pressure levels) on a Lambert conformal grid of
 ``--grid`` points (HRRR's own is 1799×1059), 12-bit simple packing, written with ecCodes. Cases:
 
-- nczmap: ``virtualize(paths or urls, out.json, concat="time")`` (remote sources 64 in flight);
+- nczmap: ``virtualize(paths or urls, out.json, concat="time")`` (remote sources 128 in flight); over
+  HTTP again with a wgrib2 inventory (``FILE.idx``) beside each file, as NOAA's archives keep them;
 - VirtualiZarr: ``open_virtual_mfdataset(urls, parser=GribberishParser(collapse_groups=True),
   registry=<obstore LocalStore | HTTPStore>, combine="nested", concat_dim="time", coords="minimal",
   compat="override", parallel=ThreadPoolExecutor(8))`` and ``vds.vz.to_kerchunk(out.json,
@@ -101,6 +102,14 @@ def message_offsets(path: Path) -> set[int]:
 
     data = path.read_bytes()
     return {m.offset for m in walk(lambda o, n: data[o : o + n], len(data), str(path))}
+
+
+def write_inventories(paths: list[Path]) -> None:
+    """``FILE.idx`` beside each file as wgrib2 writes them (``number:offset:d=date:var:level:...``)."""
+    for path in paths:
+        offsets = sorted(message_offsets(path))
+        lines = [f"{n}:{offset}:d=2024010100:VAR:LEVEL:anl:" for n, offset in enumerate(offsets, 1)]
+        path.with_name(path.name + ".idx").write_text("\n".join(lines) + "\n")
 
 
 # ------------------------------------------------------------------------------------------ the cases
@@ -224,6 +233,8 @@ def main() -> int:
         data = work / "grib"
         data.mkdir(parents=True, exist_ok=True)
         paths = build(data, args.files, args.fields, (nx, ny))
+        for stale in data.glob("*.idx"):  # the first runs are of files without inventories
+            stale.unlink()
         size = sum(p.stat().st_size for p in paths)
         out = work / "out"
         out.mkdir(exist_ok=True)
@@ -249,6 +260,14 @@ def main() -> int:
             results = timed(remote, args.rounds, server)
             check_nczmap(results["nczmap"][1], out / "nczmap-http.json", paths[0])
         report(f"Over HTTP, {args.latency * 1000:.0f} ms a request", results, args.files, size)
+        write_inventories(paths)
+        with serving(data, latency=args.latency, process=True) as server:
+            urls = [f"{server.url}/{p.name}" for p in paths]
+            indexed = timed({"nczmap": nczmap_case(urls, out / "nczmap-idx.json")}, args.rounds, server)
+            check_nczmap(indexed["nczmap"][1], out / "nczmap-idx.json", paths[0])
+        indexed.update((name, value) for name, value in results.items() if name != "nczmap")
+        title = f"Over HTTP, {args.latency * 1000:.0f} ms a request, an inventory (.idx) beside each file"
+        report(title + " (the peer reads none: its run above)", indexed, args.files, size)
     if not peer:
         print("\nTARGET NOT MEASURED: VirtualiZarr's GRIB parser (gribberish) is not installed (.[bench])")
     return 0

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("pyproj")  # before ecCodes, whose own PROJ would otherwise be the one pyproj calls
-eccodes = pytest.importorskip("eccodes")
+pytest.importorskip("eccodes")
+from nczmap.format.gribcodec import import_eccodes  # its libraries kept out of the global scope
+
+eccodes = import_eccodes()
 
 
 def message(sample: str = "regular_ll_pl_grib2", values=None, **keys) -> bytes:

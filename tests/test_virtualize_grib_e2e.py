@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,6 +193,96 @@ def test_large_messages_over_http_are_read_by_their_headers(tmp_path, no_proxy):
     with latency_server.serving(tmp_path, latency=0.002) as server:
         virtualize([f"{server.url}/big.grib2"], tmp_path / "refs.json")
         stats = server.stats()
-    # the first block, then one read at each message's end: its 7777 and the next message's headers
-    assert stats["counts"] == {"GET": len(big) + 1}, stats
+    # the first block, then one read at each message's end: its 7777 and the next message's headers; and
+    # the inventory asked for (none there)
+    assert stats["per_file"]["/big.grib2"] == {"GET": len(big) + 1}, stats
+    assert stats["per_file"]["/big.grib2.idx"] == {"GET": 1}, stats
     assert stats["bytes_per_file"]["/big.grib2"] < 0.2 * path.stat().st_size, stats
+
+
+def inventory(path: Path, messages: list[bytes], shift: int = 0) -> Path:
+    """``path.idx`` as wgrib2 writes one (``number:offset:d=date:var:level:forecast:`` a line), its offsets
+    moved by ``shift`` bytes."""
+    lines, offset = [], 0
+    for number, data in enumerate(messages, 1):
+        lines.append(f"{number}:{offset + shift}:d=2024010100:TMP:{number} mb:anl:")
+        offset += len(data)
+    target = path.with_name(path.name + ".idx")
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+@pytest.fixture
+def big_messages(tmp_path):
+    grid = {"Ni": 400, "Nj": 400, "iDirectionIncrementInDegrees": 0.1, "jDirectionIncrementInDegrees": 0.1,
+            "latitudeOfLastGridPointInDegrees": 20.1, "longitudeOfLastGridPointInDegrees": 39.9,
+            "numberOfDataPoints": 400 * 400}  # fmt: skip
+    count = grid["numberOfDataPoints"]
+    messages = [
+        gs.message(**grid, values=gs.field(i, count), bitsPerValue=16, level=50 * (i + 1)) for i in range(12)
+    ]
+    return gs.write(tmp_path / "big.grib2", messages), messages
+
+
+def test_an_inventory_beside_a_remote_file_has_its_heads_fetched_together(tmp_path, big_messages, no_proxy):
+    import latency_server
+
+    path, messages = big_messages
+    local = tmp_path / "local.json"
+    virtualize([str(path)], local)
+    inventory(path, messages)
+    with latency_server.serving(tmp_path, latency=0.002) as server:
+        result = virtualize([f"{server.url}/big.grib2"], tmp_path / "remote.json")
+        stats = server.stats()
+        got = open_manifest(tmp_path / "remote.json", None, result.containers)
+        with got, open_manifest(local, None) as expected:
+            xr.testing.assert_identical(got.load(), expected.load())
+    # the first block and the inventory, then every head (and 7777) in one round of concurrent GETs
+    assert stats["per_file"]["/big.grib2.idx"] == {"GET": 1}, stats
+    assert stats["bytes_per_file"]["/big.grib2"] <= 64 * 1024 + len(messages) * 4096 + 4, stats
+    assert stats["max_in_flight"] > 1, stats
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda idx, messages: inventory(idx, messages, shift=7),  # every offset wrong
+        lambda idx, messages: inventory(idx, messages[:5]),  # some messages missing from it
+        lambda idx, messages: idx.with_name(idx.name + ".idx").write_bytes(b"1:x:garbage\n\xff\x00"),
+        lambda idx, messages: idx.with_name(idx.name + ".idx").write_bytes(b""),
+    ],
+)
+def test_a_wrong_inventory_gives_the_same_manifest(tmp_path, big_messages, no_proxy, damage):
+    import latency_server
+
+    path, messages = big_messages
+    local = tmp_path / "local.json"
+    virtualize([str(path)], local)
+    damage(path, messages)
+    with latency_server.serving(tmp_path, latency=0.001) as server:
+        result = virtualize([f"{server.url}/big.grib2"], tmp_path / "remote.json")
+        got = open_manifest(tmp_path / "remote.json", None, result.containers)
+        with got, open_manifest(local, None) as expected:
+            xr.testing.assert_identical(got.load(), expected.load())
+
+
+def test_an_inventory_beside_an_s3_object_is_read_from_the_same_store(
+    tmp_path, big_messages, s3_server, monkeypatch
+):
+    from s3server import BUCKET
+    from test_virtualize import upload
+
+    from nczmap.integrations.virtualize import grib
+
+    path, messages = big_messages
+    local = tmp_path / "local.json"
+    virtualize([str(path)], local)
+    key, _ = upload(s3_server, path)
+    upload(s3_server, inventory(path, messages), key + ".idx")
+    used = []
+    monkeypatch.setattr(grib, "index_windows", lambda *a: used.append(a) or grib_messages.index_windows(*a))
+    result = virtualize([f"{s3_server.endpoint}/{BUCKET}/{key}#mode=s3"], tmp_path / "remote.json")
+    assert len(used) == 1 and used[0][0] == [sum(map(len, messages[:n])) for n in range(len(messages))]
+    got = open_manifest(tmp_path / "remote.json", None, result.containers)
+    with got, open_manifest(local, None) as expected:
+        xr.testing.assert_identical(got.load(), expected.load())

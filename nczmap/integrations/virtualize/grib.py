@@ -43,7 +43,15 @@ from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import BY_NAME, type_of_numpy
 from nczmap.integrations.virtualize import grib_geo
 from nczmap.integrations.virtualize.grib_describe import Description, Grid, describe, grid
-from nczmap.integrations.virtualize.grib_messages import Message, walk
+from nczmap.integrations.virtualize.grib_messages import (
+    INDEX_LIMIT,
+    INDEXED_HOP,
+    MAGIC,
+    Message,
+    index_offsets,
+    index_windows,
+    walk,
+)
 from nczmap.integrations.virtualize.parsed import (
     Constant,
     ParsedFile,
@@ -164,7 +172,7 @@ def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
 
 def parse(file, options: ParseOptions) -> ParsedFile:
     """The model of a GRIB2 file: its messages' variables, each message one chunk reference."""
-    messages = walk(file.read, file.size, file.name, isinstance(file, RemoteFile))
+    messages = _messages(file)
     fields, refused = _fields(messages, file.name)
     if not fields:
         reasons = sorted({r.reason for r in refused})
@@ -180,6 +188,44 @@ def parse(file, options: ParseOptions) -> ParsedFile:
         _build_cube(group, cube, file, refused, inherited)
     _set_attributes(root, shared)
     return ParsedFile(file.name, root, _apart(refused, root), format="grib")
+
+
+INDEXED_MESSAGE = 64 << 10  # a remote file whose first message is larger is looked for an inventory
+
+
+def _messages(file) -> list[Message]:
+    """The file's messages. A remote file whose messages are large (its first one is larger than
+    :data:`INDEXED_MESSAGE`) with an inventory beside it has its messages' heads fetched together where
+    the inventory says they are; without one it is walked (read through, or hopped over message by
+    message)."""
+    if not isinstance(file, RemoteFile):
+        return walk(file.read, file.size, file.name)
+    head = file.read_head(0, 16)
+    first = int.from_bytes(head[8:16], "big") if len(head) == 16 and head[:4] == MAGIC else 0
+    offsets = _indexed(file) if first > INDEXED_MESSAGE else None
+    if offsets is None:
+        return walk(file.read, file.size, file.name, remote=True)
+    file.read_ranges(index_windows(offsets, file.size, INDEXED_HOP))  # held: the walk makes no request
+    return walk(file.read, file.size, file.name, hop=INDEXED_HOP)
+
+
+def _indexed(file: RemoteFile) -> list[int] | None:
+    """Where the file's messages start by its inventory (``FILE.idx``), or None (none there, unreadable,
+    unusable, or larger than :data:`INDEX_LIMIT`)."""
+    try:
+        index = file.sibling(".idx")
+    except NCZError:
+        return None
+    try:
+        text = index.read_head(0, INDEX_LIMIT)
+    except NCZError:
+        return None
+    finally:
+        index.close()
+    if len(text) >= INDEX_LIMIT:
+        return None
+    offsets = index_offsets(text, file.size)
+    return offsets if offsets is not None and file.size >= INDEXED_MESSAGE * len(offsets) else None
 
 
 def _apart(refused: list[Refusal], root: Group) -> list[Refusal]:

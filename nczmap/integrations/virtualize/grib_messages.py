@@ -32,6 +32,10 @@ THROUGH = 8 << 20  # read at a time from a remote file while its messages are sm
 # costs less than the latency of a request (2 MiB: 40 ms at 50 MB/s)
 SMALL_MESSAGE = 2 << 20
 SEARCH = 64 << 10  # bytes searched for the next GRIB after a message (padding between messages)
+# An inventory beside a remote file (wgrib2's ``FILE.idx``, ``n:offset:...`` a line, as NOAA's archives keep
+# them) tells where every message starts: their headers are then fetched together, this much at each
+INDEXED_HOP = 4 << 10
+INDEX_LIMIT = 4 << 20  # the largest inventory read (a line a message: tens of thousands of messages)
 # indicatorOfUnitOfTimeRange -> seconds (code table 4.4; months, years, decades... have no fixed length)
 UNIT_SECONDS = {0: 60, 1: 3600, 2: 86400, 10: 10800, 11: 21600, 12: 43200, 13: 1}
 STATISTICAL = {8: 34, 11: 37}  # product templates over a time interval: octet where their interval starts
@@ -131,10 +135,13 @@ def _u(data: bytes, at: int, width: int) -> int:
 class Window:
     """The bytes of a file read in windows: a few KiB where messages are large, MiB where small."""
 
-    def __init__(self, read: Callable[[int, int], bytes], size: int, remote: bool = False) -> None:
+    def __init__(
+        self, read: Callable[[int, int], bytes], size: int, remote: bool = False, hop: int = HOP
+    ) -> None:
         self.read = read
         self.size = size
         self.remote = remote
+        self.hop = hop
         self.start = 0
         self.data = b""
         self.messages = 0
@@ -144,7 +151,7 @@ class Window:
         end = offset + length
         if not (self.start <= offset and end <= self.start + len(self.data)):
             small = self.remote and self.messages and self.message_bytes // self.messages <= SMALL_MESSAGE
-            wanted = max(length, THROUGH if small else HOP)
+            wanted = max(length, THROUGH if small else self.hop)
             self.start = offset
             self.data = self.read(offset, min(wanted, self.size - offset))
         return self.data[offset - self.start : end - self.start]
@@ -154,9 +161,12 @@ class Window:
         self.message_bytes += length
 
 
-def walk(read: Callable[[int, int], bytes], size: int, name: str, remote: bool = False) -> list[Message]:
-    """Every message of the file, in order (``remote``: read through small messages)."""
-    window = Window(read, size, remote)
+def walk(
+    read: Callable[[int, int], bytes], size: int, name: str, remote: bool = False, hop: int = HOP
+) -> list[Message]:
+    """Every message of the file, in order (``remote``: read through small messages; else ``hop`` bytes
+    read at each message, and at each one's end)."""
+    window = Window(read, size, remote, hop)
     found: list[Message] = []
     offset = 0
     while offset < size:
@@ -165,6 +175,34 @@ def walk(read: Callable[[int, int], bytes], size: int, name: str, remote: bool =
         found.append(message)
         offset = _next_message(window, message.offset + message.length, name)
     return found
+
+
+def index_offsets(text: bytes, size: int) -> list[int] | None:
+    """Where the messages of a file of ``size`` bytes start, from its inventory ``text`` (wgrib2's ``.idx``:
+    ``number:offset:...`` a line), sorted; None unless every line has a whole-number offset, the first is 0
+    and all lie inside the file. Only a hint: the messages are still read and checked where they are."""
+    offsets: set[int] = set()
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = line.split(b":", 2)
+        if len(fields) < 3 or not fields[1].isdigit() or len(fields[1]) > 18:
+            return None
+        offsets.add(int(fields[1]))
+    found = sorted(offsets)
+    if not found or found[0] != 0 or found[-1] >= size:
+        return None
+    return found
+
+
+def index_windows(offsets: list[int], size: int, hop: int) -> list[tuple[int, int]]:
+    """The reads :func:`walk` makes (``hop`` bytes a read) of a file whose messages start at ``offsets``,
+    one right after another: the first message's head, then at each message's end its ``7777`` and the
+    next one's head, and the last one's ``7777``."""
+    windows = [(0, min(hop, size))]
+    windows += [(offset - len(END), min(hop, size - offset + len(END))) for offset in offsets[1:]]
+    windows.append((size - len(END), len(END)))
+    return windows
 
 
 def error(name: str, offset: int, message: str) -> FormatError:

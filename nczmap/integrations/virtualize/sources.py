@@ -453,6 +453,10 @@ class RemoteFile(SourceFile):
     def _get(self, start: int, end: int) -> bytes:
         raise NotImplementedError
 
+    def sibling(self, suffix: str) -> RemoteFile:
+        """The remote file whose name is this one's and ``suffix``, read the same way."""
+        raise NotImplementedError
+
     def release(self) -> None:
         """Parsing is done: keep the first block and the most recently used of the other bytes fetched,
         :data:`RELEASED_BYTES` in all (what writing may want again: small variables' values, small
@@ -528,6 +532,10 @@ class ObjectFile(RemoteFile):
     def store(self):
         return _store(self.bucket, self.options, self.policy)
 
+    def sibling(self, suffix: str) -> ObjectFile:
+        """The object whose key is this one's and ``suffix`` (an inventory beside it, say)."""
+        return ObjectFile(_parse(self.url + suffix), policy=self.policy, options=self.options)
+
     def grant(self) -> Container:
         folder = posixpath.dirname(self.key)
         return Container(f"s3://{self.bucket}/{folder}/" if folder else f"s3://{self.bucket}/", self.options)
@@ -590,6 +598,10 @@ class HttpFile(RemoteFile):
         self.url = self.name = normalize(text, None)  # AccessDenied for metadata hosts and the like
         self.shown = text
         super().__init__(policy)
+
+    def sibling(self, suffix: str) -> HttpFile:
+        """The file whose URL is this one's and ``suffix`` (an inventory beside it, say)."""
+        return HttpFile(self.url + suffix, self.policy)
 
     @property
     def http(self):
