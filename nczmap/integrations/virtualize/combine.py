@@ -19,6 +19,7 @@ with the files along the joined dimension. Only what cannot be represented at al
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -547,6 +548,28 @@ def _promote_dtype(variable: SourceVariable) -> None:
         encodings.set_dtype(variable, joined)
 
 
+_DECODABLE: set[tuple[str, int]] = set()  # chains numcodecs made here (a failure is asked again: a codec
+# registered since may make it)
+
+
+def _decodable(codecs: str, itemsize: int) -> bool:
+    """Whether numcodecs makes the codecs of ``codecs`` (JSON) here: asked once a chain, not once a file."""
+    if (codecs, itemsize) in _DECODABLE:
+        return True
+    if not _instanced(CodecChain(json.loads(codecs), None, itemsize), "a chain of codecs"):
+        return False
+    _DECODABLE.add((codecs, itemsize))
+    return True
+
+
+def _instanced(chain: CodecChain, where: str) -> bool:
+    try:
+        chain._instances(where)
+    except FormatError:
+        return False
+    return True
+
+
 def _decoded_chunks(
     variable: SourceVariable, storage: Storage, fill: object = None
 ) -> Callable[[], np.ndarray] | None:
@@ -558,8 +581,10 @@ def _decoded_chunks(
     chain = CodecChain(list(storage.codecs), None, dtype.itemsize)
     where = f"{variable.key!r} in {storage.source}"
     try:
-        chain._instances(where)
-    except FormatError:
+        known = _decodable(json.dumps(storage.codecs, sort_keys=True), dtype.itemsize)
+    except TypeError:  # a configuration JSON cannot hold: asked of this chain itself
+        known = _instanced(chain, where)
+    if not known:
         return None
 
     def values() -> np.ndarray:
