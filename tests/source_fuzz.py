@@ -66,6 +66,7 @@ class Case:
     label: str  # how the bytes were made: reproducible from it
     suffix: str  # the file name's extension
     data: bytes
+    seed: bytes = b""  # with it, the case is tried through the other paths (see try_paths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -397,6 +398,13 @@ def suite_cases(seed_files: dict[str, Path], count: int, formats=FORMATS, mutati
     return cases
 
 
+def paths_cases(seed_files: dict[str, Path], count: int, formats=FORMATS) -> list[Case]:
+    """The suite's first ``count`` mutations of each format, each with its seed: tried through the paths
+    of :func:`try_paths`."""
+    cases = suite_cases(seed_files, count, formats)
+    return [dataclasses.replace(c, seed=seed_files[c.label.split("#")[0]].read_bytes()) for c in cases]
+
+
 # ------------------------------------------------------------------------------------------ parent
 def run_cases(
     cases: list[Case], scratch: Path, time_limit: float = TIME_LIMIT, memory_limit: int = MEMORY_LIMIT
@@ -499,9 +507,64 @@ def _child(batch: str, start: int, memory_limit: int, time_limit: float) -> None
         report.write(json.dumps(result) + "\n")
 
 
+NETCDF = ("netcdf4", "hdf5", "netcdf3")  # what the xarray engine opens as a file
+
+
+def try_paths(case: Case, folder: Path) -> list[tuple[str, object]]:
+    """The other paths that parse source files: the damaged file joined after its intact seed (parsed
+    first, in this process) on threads, on a process pool and on a dask client, and (netCDF) the xarray
+    engine opening the file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import nczmap
+
+    seed, damaged = folder / f"20200101{case.suffix}", folder / f"20200102{case.suffix}"
+    seed.write_bytes(case.seed)
+    damaged.write_bytes(case.data)
+    fmt = case.label.split("#")[0]
+
+    def joined(executor) -> None:
+        out = folder / "joined.json"
+        nczmap.virtualize([str(seed), str(damaged)], out, new_dim="time=%Y%m%d", executor=executor)
+
+    steps: list[tuple[str, object]] = [
+        ("threads", lambda: joined(ThreadPoolExecutor(2))),
+        ("processes", lambda: joined(_process_pool())),
+        ("dask", lambda: joined(_dask_client())),
+    ]
+    if fmt in NETCDF:
+        steps.append(("xarray", lambda: _xarray_load(damaged)))
+    return steps
+
+
+_POOLS: dict[str, object] = {}
+
+
+def _process_pool():
+    from concurrent.futures import ProcessPoolExecutor
+
+    return _POOLS.setdefault("processes", ProcessPoolExecutor(2))
+
+
+def _dask_client():
+    if "dask" not in _POOLS:
+        from distributed import Client
+
+        _POOLS["dask"] = Client(processes=False, n_workers=1, threads_per_worker=2, dashboard_address=None)
+    return _POOLS["dask"]
+
+
+def _xarray_load(path: Path) -> None:
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="nczmap") as dataset:
+        dataset.load()
+
+
 def try_case(case: Case, folder: Path) -> tuple[str, str]:
     """``nczmap virtualize`` + a read of every variable through the manifest, ``nczmap ncdump`` and
-    ``nczmap copy``: the worst outcome of the steps, and what it was."""
+    ``nczmap copy`` (a case with its seed: :func:`try_paths`): the worst outcome of the steps, and what
+    it was."""
     import shutil
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -510,12 +573,15 @@ def try_case(case: Case, folder: Path) -> tuple[str, str]:
     fmt = case.label.split("#")[0]
     source = f"file://{path.resolve()}{STORES[fmt]}" if fmt in STORES else str(path)
     manifest = folder / "refs.json"
-    steps = [
-        ("virtualize+read", lambda: _virtualize_and_read(source, manifest)),
-        ("ncdump", lambda: _command(["ncdump", source])),
-    ]
-    if fmt in COPIED:
-        steps.append(("copy", lambda: _command(["copy", source, str(folder / "copy.zarr")])))
+    if case.seed:
+        steps = try_paths(case, folder)
+    else:
+        steps = [
+            ("virtualize+read", lambda: _virtualize_and_read(source, manifest)),
+            ("ncdump", lambda: _command(["ncdump", source])),
+        ]
+        if fmt in COPIED:
+            steps.append(("copy", lambda: _command(["copy", source, str(folder / "copy.zarr")])))
     worst, detail = "ok", ""
     for name, step in steps:
         outcome, text = _outcome(step)

@@ -11,10 +11,22 @@ from __future__ import annotations
 import os
 
 import pytest
-from source_fuzz import FORMATS, WRITERS, Case, failures, fresh_mutate, run_cases, seeds, suite_cases, table
+from source_fuzz import (
+    FORMATS,
+    WRITERS,
+    Case,
+    failures,
+    fresh_mutate,
+    paths_cases,
+    run_cases,
+    seeds,
+    suite_cases,
+    table,
+)
 
 CASES = int(os.environ.get("NCZMAP_FUZZ_CASES", "200"))
 FRESH_CASES = int(os.environ.get("NCZMAP_FUZZ_FRESH_CASES", "60"))
+PATHS_CASES = int(os.environ.get("NCZMAP_FUZZ_PATHS_CASES", "20"))
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +56,21 @@ def test_mutations_made_another_way_end_in_success_or_an_nczmap_error(fmt, seed_
     unexpected = failures(results)
     shown = "\n".join(f"{r.case.label}: {r.outcome}: {r.detail}" for r in unexpected[:10])
     assert not unexpected, f"{table(results)}\n{shown}"
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_damaged_sources_on_threads_processes_dask_and_the_xarray_engine_end_in_an_nczmap_error(
+    fmt, seed_folder, tmp_path
+):
+    """The paths that parse sources elsewhere than the commands: a damaged file joined after its intact
+    seed on a thread pool, a process pool and a dask client, and opened by the xarray engine."""
+    pytest.importorskip(WRITERS[fmt])
+    seed_files = seeds(seed_folder / f"paths-{fmt}", [fmt])
+    results = run_cases(paths_cases(seed_files, PATHS_CASES, [fmt]), tmp_path)
+    unexpected = failures(results)
+    shown = "\n".join(f"{r.case.label}: {r.outcome}: {r.detail}" for r in unexpected[:10])
+    assert not unexpected, f"{table(results)}\n{shown}"
+    assert "error" in {result.outcome for result in results}, table(results)
 
 
 def test_a_child_out_of_memory_is_reported_against_its_case_and_the_rest_still_run(tmp_path):

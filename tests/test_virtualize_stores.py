@@ -351,6 +351,29 @@ def test_stores_parsed_in_other_processes_give_the_same_manifest(tmp_path):
     )
 
 
+def test_netcdf_c_stores_are_parsed_on_a_process_pool_as_in_this_process(tmp_path):
+    """libnetcdf's NCZarr stores (fill values kept as written until first used) come back from worker
+    processes pickled, equal to the serial parse."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    stores = []
+    for day in (1, 2):
+        store = tmp_path / f"run{day}.file"
+        with netCDF4.Dataset(f"file://{store}#mode=nczarr,file", "w") as root:
+            root.createDimension("time", 2)
+            root.createDimension("x", 6)
+            t = root.createVariable("time", "f8", ("time",))
+            t.units = "days since 2024-01-01"
+            t[:] = [2 * day, 2 * day + 1]
+            v = root.createVariable("v", "i2", ("time", "x"), fill_value=-99)
+            v[:] = np.arange(12, dtype="i2").reshape(2, 6) * day
+        stores.append(f"file://{store}#mode=nczarr,file")
+    serial, pooled = tmp_path / "serial.json", tmp_path / "pooled.json"
+    virtualize(stores, serial, concat="time")
+    with ProcessPoolExecutor(2) as pool:
+        virtualize(stores, pooled, concat="time", executor=pool)
+    assert json.loads(serial.read_text())["refs"] == json.loads(pooled.read_text())["refs"]
+
+
 def test_what_is_no_store_is_refused_by_name(tmp_path):
     with pytest.raises(NCZError, match="nowhere"):
         virtualize([f"file://{tmp_path}/nowhere.zarr#mode=zarr,file"], tmp_path / "refs.json")

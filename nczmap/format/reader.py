@@ -611,7 +611,7 @@ def parse_fill(value: object, nctype: NCType, key: str, base64_text: bool = True
             raw = text.encode("utf-8", "surrogateescape")
         return raw[:1] or b"\x00" if nctype is CHAR else raw.split(b"\x00", 1)[0].decode("utf-8", "replace")
     number = convert_value(value, nctype, f"fill_value of {key!r}")  # checked now, a numpy scalar later
-    return PendingFill(lambda: nctype.numpy.type(number))
+    return PendingFill(functools.partial(nctype.numpy.type, number))  # picklable: parsed elsewhere
 
 
 def read_attributes(

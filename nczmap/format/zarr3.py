@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import math
 import struct
 from dataclasses import dataclass
@@ -373,7 +374,7 @@ def parse_fill(value: object, kind: _Type, key: str) -> object:
         number = _hex_float(value, nctype, where)
     else:
         number = convert_value(value, nctype, where)
-    return PendingFill(lambda: nctype.numpy.type(number))
+    return PendingFill(functools.partial(nctype.numpy.type, number))  # picklable: parsed elsewhere
 
 
 def _base64_bytes(value: object, where: str) -> bytes:
