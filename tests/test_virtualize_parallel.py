@@ -253,6 +253,27 @@ def test_a_failure_elsewhere_is_raised_here_naming_the_file(mixed, tmp_path):
         )
 
 
+def test_a_parse_that_cannot_be_sent_back_is_an_nczmap_error_naming_the_file(mixed, tmp_path, monkeypatch):
+    """A parse holding what pickle cannot carry (a bug of nczmap's: found once, a lambda in a fill value)
+    is an nczmap error naming the file, not a bare AttributeError from the worker."""
+    from nczmap.errors import NCZError
+
+    files, how = mixed["netcdf4"]
+    parse = parallel.parse_one
+
+    def unpicklable(file, options, parsers):
+        parsed = parse(file, options, parsers)
+        parsed.notes.append(lambda: None)
+        return parsed
+
+    monkeypatch.setattr(parallel, "parse_one", unpicklable)
+    with (
+        ProcessPoolExecutor(1, mp_context=get_context("fork")) as pool,  # forked: the patch goes along
+        pytest.raises(NCZError, match=f"{files[1].name}.*cannot be sent back"),
+    ):
+        virtualize([str(f) for f in files], tmp_path / "refs.json", executor=pool, **how)
+
+
 # --------------------------------------------------------------------------------- the twin check, fuzzed
 class _Bytes:
     def __init__(self, data: bytes, name: str) -> None:

@@ -349,7 +349,13 @@ def _parse_elsewhere(spec: tuple[str, dict, RequestPolicy | None] | str, task) -
         parsed = task(file)
         try:
             buffer = io.BytesIO()
-            _Pickler(buffer, file).dump(parsed)
+            try:
+                _Pickler(buffer, file).dump(parsed)
+            except (pickle.PicklingError, AttributeError, TypeError) as exc:  # a bug of nczmap's: named
+                raise NCZError(
+                    f"the parse of {file.shown} cannot be sent back from where it ran ({exc}); virtualize "
+                    "it without an executor"
+                ) from exc
             return buffer.getvalue(), file.known()
         finally:
             parsed.close()
