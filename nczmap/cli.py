@@ -112,12 +112,15 @@ def _ncdump(args: argparse.Namespace) -> None:
     variables = [name for name in args.variables.split(",") if name] if args.variables else None
     # The model lives until the process ends: the cyclic collector would only scan its objects again and
     # again (a third of `ncdump -h` of a store with thousands of variables). It stays off while the model
-    # is built and then never looks at it (frozen); it runs as usual for whatever the data section makes.
+    # is built and then, when this process is the command's own, never looks at it (frozen); it runs as
+    # usual for whatever the data section makes. main() called in a process that goes on (tests,
+    # notebooks) freezes nothing: what it made is collected as usual.
     gc.disable()
     try:
         opened = _open_for_dump(args)
     finally:
-        gc.freeze()
+        if args.whole_process:
+            gc.freeze()
         gc.enable()
     with opened as dataset:
         dump_cdl(
@@ -371,6 +374,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.whole_process = argv is None  # the command line's own process: it ends when main returns
     warnings.showwarning = _one_line_warning
     try:
         args.run(args)

@@ -178,3 +178,19 @@ def test_copy_progress_on_a_terminal_shows_bytes_rate_and_time_left(tmp_path):
     last = shown.decode().replace("\r\n", "\n").split("\r")[-1]
     # tqdm's bar: amount done/total (KiB as "k"), elapsed<left, rate
     assert "copying: 100%" in last and "32.0k/32.0k" in last and "B/s" in last and "<00:00" in last
+
+
+def test_ncdump_called_in_a_process_that_goes_on_leaves_its_objects_collectable(store_url, capfdbinary):
+    """The command's own process freezes the dumped model away from the collector (it ends next); main()
+    called again and again in one process (tests, notebooks, the fuzz suite) must not: every call's
+    objects would stay for good."""
+    import gc
+
+    from nczmap import cli
+
+    before = gc.get_freeze_count()
+    for _ in range(3):
+        assert cli.main(["ncdump", store_url]) == 0
+        assert cli.main(["ncdump", store_url + "-missing"]) == 1
+    assert gc.get_freeze_count() == before
+    assert b"v = 0, 1, 2, 3, 4, 5" in capfdbinary.readouterr().out
