@@ -375,7 +375,7 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.whole_process = argv is None  # the command line's own process: it ends when main returns
-    warnings.showwarning = _one_line_warning
+    shown, warnings.showwarning = warnings.showwarning, _one_line_warning
     try:
         args.run(args)
         sys.stdout.flush()
@@ -385,6 +385,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`): not an error
         return 0
+    finally:
+        warnings.showwarning = shown  # a process that goes on keeps its own way of showing warnings
     return 0
 
 
