@@ -391,3 +391,26 @@ def test_fuzzed_archives_raise_only_nczmap_errors_in_bounded_time(tmp_path, data
             except NCZError:
                 return
             read_everything(path)
+
+
+def test_a_variable_claiming_more_than_any_file_holds_is_refused_by_every_command(tmp_path, capfd):
+    """A flipped high bit of a dataspace (found by the fuzz suite): 2**49 values of a 10 KiB file. Printing
+    or copying them would never end (netcdf-c's ncdump tries); virtualize, ncdump and copy refuse it,
+    naming the variable."""
+    import h5py
+
+    from nczmap import cli
+
+    path = tmp_path / "huge.nc"
+    with h5py.File(path, "w") as root:
+        counts = root.create_dataset("counts", data=[1, 2, 3], maxshape=(None,), chunks=(4,), dtype="i4")
+        counts.resize((1 << 49,))  # sparse: the file stays small
+    assert path.stat().st_size < 64 << 10
+    commands = (["virtualize", str(path), str(tmp_path / "r.json")], ["ncdump", str(path)])
+    commands += (["copy", str(path), str(tmp_path / "c.zarr")],)
+    for argv in commands:
+        started = time.monotonic()
+        assert cli.main(argv) == 1
+        assert time.monotonic() - started < 30
+        error = capfd.readouterr().err
+        assert "/counts" in error and "more than any file holds" in error, (argv, error)

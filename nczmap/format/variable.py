@@ -24,6 +24,7 @@ def _memory_bytes() -> int:
 
 
 MEMORY_BYTES = _memory_bytes()
+MAX_SOURCE_BYTES = 1 << 50  # 1 PiB: a file claiming more for one variable is damaged (a flipped high bit)
 _UNREAD = object()  # a chunk whose stored bytes were not read in a batch: read_chunk reads them
 
 
@@ -34,6 +35,17 @@ class PendingFill:
 
     def __init__(self, make: Callable[[], object]) -> None:
         self.make = make
+
+
+def check_plausible(shape: Sequence[int], itemsize: int, where: str) -> None:
+    """FormatError naming ``where`` if a variable of a source file claims more bytes than a file holds:
+    its values could be neither printed nor copied in any time (netcdf-c would try for ever)."""
+    nbytes = math.prod(shape) * max(1, itemsize)
+    if nbytes > MAX_SOURCE_BYTES:
+        raise FormatError(
+            f"{where}: its shape {tuple(shape)} claims {nbytes} bytes, more than any file holds (a damaged "
+            "dimension or dataspace)"
+        )
 
 
 @dataclass

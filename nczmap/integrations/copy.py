@@ -8,7 +8,6 @@ destination chunk is read from the source as a region and encoded once. Missing 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import os
 import shutil
@@ -362,7 +361,18 @@ def chunk_grid(variable: Variable) -> Iterator[tuple[int, ...]]:
         yield ()
         return
     counts = [math.ceil(s / c) for s, c in zip(layout.shape, layout.chunks, strict=True)]
-    yield from itertools.product(*(range(n) for n in counts))
+    if 0 in counts:
+        return
+    index = [0] * len(counts)  # an odometer: itertools.product would hold every axis's range at once
+    while True:
+        yield tuple(index)
+        axis = len(counts) - 1
+        while axis >= 0 and index[axis] == counts[axis] - 1:
+            index[axis] = 0
+            axis -= 1
+        if axis < 0:
+            return
+        index[axis] += 1
 
 
 def _same_storage(source: Variable, dest: Variable) -> bool:

@@ -21,7 +21,7 @@ from nczmap.format.codecs import CodecChain
 from nczmap.format.model import Dimension, Group
 from nczmap.format.selection import normalize_selection
 from nczmap.format.types import CHAR, STRING, NCType, ParsedDtype, type_of_numpy
-from nczmap.format.variable import ArrayLayout, Variable
+from nczmap.format.variable import ArrayLayout, Variable, check_plausible
 from nczmap.format.writer import default_chunks
 
 _HDF5_LOCK = threading.Lock()
@@ -175,6 +175,7 @@ def _variable(group: Group, name: str, source, by_id: dict[int, Dimension]) -> N
     dims = _dimensions_of(group, source, by_id)
     shape = tuple(d.size for d in dims)
     storage = _storage(source, nctype)
+    check_plausible(shape, storage.itemsize, f"variable {_join(group.path, name)}")
     chunking = source.chunking()
     if not dims:
         chunks: tuple[int, ...] = ()

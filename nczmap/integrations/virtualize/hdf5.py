@@ -30,6 +30,7 @@ import numpy as np
 from nczmap.errors import FormatError, NCZError, StorageError
 from nczmap.format import Attribute, Dimension, Group
 from nczmap.format.types import CHAR, STRING, ParsedDtype, type_of_numpy
+from nczmap.format.variable import check_plausible
 from nczmap.integrations.virtualize.hdf5_guard import SIGNATURE as HDF5_SIGNATURE
 from nczmap.integrations.virtualize.hdf5_guard import GuardedFile
 from nczmap.integrations.virtualize.hdf5_prefetch import Exhausted, HeldFile, Missing, Rounds
@@ -444,6 +445,7 @@ class _TreeReader:
         dims = self.dimensions_of(dataset, group)  # first: netCDF-C makes them even for refused types
         nctype, storage_dtype = _types(dataset)
         shape = tuple(int(n) for n in dataset.shape)
+        check_plausible(shape, storage_dtype.itemsize, f"variable {_join(group.path, name)} of {self.source}")
         for dim, length in zip(dims, shape, strict=True):
             if dim.unlimited:
                 self.extents[id(dim)].append(length)
