@@ -10,8 +10,8 @@ Making a source costs no request and holds no descriptor (:func:`source_files` o
 a ``stat`` each for local ones, nothing for remote ones, and one LIST an S3 prefix, whose sizes and ETags
 the objects keep). A local file is opened when it is first read and let go of once parsed
 (:meth:`SourceFile.release`); a later read opens it again, checking that its size and modification time
-are still those first seen, and at most :data:`OPEN_FILES` are held open at once, so a collection larger
-than the descriptor limit works.
+are still those first seen, and at most :data:`.files.OPEN_FILES` are held open at once, so a collection
+larger than the descriptor limit works.
 
 A remote source makes its first request on its first read (or when its ``size`` is asked for): one GET
 of at least :data:`FIRST_BLOCK` bytes from its start, whose answer also gives its size, ETag and
