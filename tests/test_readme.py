@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -60,6 +61,8 @@ ARCHIVE_DAYS = [date(2026, 3, d) for d in (12, 13, 14)]  # /archive/sst_*.nc bef
 COG_DAYS = [date(2020, 5, 30), date(2020, 5, 31), date(2020, 6, 1), date(2020, 6, 2)]
 COG_SCALE, COG_NODATA, COG_SHAPE = 0.01, -32768, (128, 256)  # two 128x128 tiles
 HRRR_CYCLES = (0, 6, 12, 18)  # /data/hrrr/hrrr.t{HH}z.grib2
+RUN_DAYS = [date(2024, 3, d) for d in (1, 2, 3)]  # /data/runs/day{D}.zip
+RUNS_COMMAND = "nczmap virtualize 'file:///data/runs/day*.zip#mode=nczarr,zip' runs.json --concat time"
 
 
 # ---------------------------------------------------------------------------------------------- inputs
@@ -67,12 +70,14 @@ def sst_values(day: date, shape=(16, 32)) -> np.ndarray:
     return np.random.default_rng(day.toordinal()).normal(20, 2, shape).astype("f4")
 
 
-def write_sst(path: Path, day: date) -> np.ndarray:
+def write_sst(path: Path | str, day: date) -> np.ndarray:
     """A daily netCDF-4 file as archives hold them: time (days since that day), lat, lon, sst (zlib; chunks
-    large enough to be referenced, not copied into the manifest)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    large enough to be referenced, not copied into the manifest); or the same as an NCZarr store (``path``
+    a libnetcdf URL, ``file://...#mode=nczarr,file``)."""
+    if isinstance(path, Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
     values = sst_values(day)
-    with netCDF4.Dataset(path, "w") as nc:
+    with netCDF4.Dataset(str(path), "w") as nc:
         nc.createDimension("time", None)
         nc.createDimension("lat", values.shape[0])
         nc.createDimension("lon", values.shape[1])
@@ -171,6 +176,18 @@ class Sandbox:
         self.sst[path] = write_sst(path, day)
         return path
 
+    def run_store(self, path: Path, day: date) -> np.ndarray:
+        """An NCZarr store libnetcdf writes, zipped as netcdf-c's zip driver zips one (members stored)."""
+        folder = path.with_suffix(".file")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        values = write_sst(f"{folder.as_uri()}#mode=nczarr,file", day)
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+            for member in sorted(folder.rglob("*")):
+                if member.is_file():
+                    archive.write(member, member.relative_to(folder).as_posix())
+        shutil.rmtree(folder)
+        return values
+
     def build(self) -> None:
         """What the snippets expect to find."""
         self.data.mkdir(parents=True)
@@ -194,6 +211,8 @@ class Sandbox:
         # --append: /archive/sst_*.nc (later days are written just before the commands that add them)
         for day in ARCHIVE_DAYS:
             self.nc(self.archive / f"sst_{day:%Y%m%d}.nc", day)
+        # NCZarr stores: a model run's days as netcdf-c writes them into zip archives, /data/runs/day*.zip
+        self.runs = {day: self.run_store(self.data / "runs" / f"day{day.day}.zip", day) for day in RUN_DAYS}
         # GRIB2: a day of HRRR-like cycles, /data/hrrr/hrrr.t{HH}z.grib2
         (self.data / "hrrr").mkdir()
         self.hrrr = [grib_samples.hrrr(self.data / "hrrr" / f"hrrr.t{h:02d}z.grib2", h) for h in HRRR_CYCLES]
@@ -335,6 +354,15 @@ def check_june_mean(sb: Sandbox, value, ns) -> None:
     assert np.allclose(value.values, expected, equal_nan=True)
 
 
+def check_runs_joined(sb: Sandbox, value, ns) -> None:
+    assert value.returncode == 0, value.stderr
+    archives = [sb.data / "runs" / f"day{day.day}.zip" for day in RUN_DAYS]
+    with nczmap.open_dataset(sb.url(sb.data / "runs.json"), containers=[f"{sb.data / 'runs'}/"]) as ds:
+        np.testing.assert_array_equal(ds.variables["sst"][...], np.concatenate(list(sb.runs.values())))
+        references = {ds.zmap.reference(f"/sst/{day}.0.0") for day in range(len(RUN_DAYS))}
+    assert {r.url.partition("#")[0] for r in references} == {a.as_uri() for a in archives}  # into the zips
+
+
 def check_hrrr_joined(sb: Sandbox, value, ns) -> None:
     assert value.returncode == 0, value.stderr
     with nczmap.open_dataset(sb.url(sb.data / "hrrr.json"), containers=[f"{sb.data / 'hrrr'}/"]) as ds:
@@ -452,7 +480,8 @@ AFTER: dict[str, Callable[[Sandbox, object, dict], None]] = {
     "nczmap virtualize 's3://bucket/sst/sst_2020*.tif' sst.parq --new-dim time=%Y%m%d": check_cube,
     ")  # the grant the references need": check_needs_grant,
     'ds.band_data.sel(time="2020-06").mean("time")  # time is datetime64, x/y in the CRS': check_june_mean,
-    # GRIB2
+    # NCZarr stores; GRIB2
+    RUNS_COMMAND: check_runs_joined,
     "nczmap virtualize '/data/hrrr/hrrr.t*z.grib2' hrrr.json --concat time": check_hrrr_joined,
     'hrrr.t.sel(isobaricInhPa=500, step="0h")  # (time, y, x)': check_hrrr_500,
     # xarray and dask
