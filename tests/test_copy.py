@@ -393,3 +393,23 @@ def test_big_endian_variables_keep_the_default_fill_value(tmp_path):
     copy(str(source), f"file://{tmp_path}/big.file#mode=nczarr,file")
     for name, expected in (("d", netCDF4.default_fillvals["f8"]), ("i", netCDF4.default_fillvals["i4"])):
         assert json.loads((tmp_path / "big.file" / name / ".zarray").read_text())["fill_value"] == expected
+
+
+@pytest.mark.parametrize("target", ["out.file#mode=nczarr,file", "out.zip#mode=nczarr,zip"])
+def test_a_source_with_an_array_that_cannot_be_read_is_refused_and_nothing_written(tmp_path, target):
+    """Reading skips such an array with a warning; a copy without it would lose it (the source deleted
+    afterwards): the copy is refused by name, before anything is written."""
+    import zarr
+
+    store = tmp_path / "damaged.zarr"
+    group = zarr.open_group(store, mode="w", zarr_format=2)
+    for name in ("good", "bad"):
+        group.create_array(name, shape=(4,), chunks=(2,), dtype="i4")[...] = np.arange(4, dtype="i4")
+    zarray = store / "bad" / ".zarray"
+    zarray.write_bytes(zarray.read_bytes()[:23])
+    destination = f"file://{tmp_path}/{target}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(nczmap.FormatError, match=r"cannot copy .*lose them: '/bad'"):
+            copy(f"file://{store}#mode=zarr,file", destination)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.zarr"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from nczmap.api import create_dataset, format_options, open_dataset
 from nczmap.concurrency import run_each
-from nczmap.errors import DatasetExists, NCZError, from_os_error
+from nczmap.errors import DatasetExists, FormatError, NCZError, from_os_error
 from nczmap.format import Dataset, FormatOptions, Group, Variable, open_on
 from nczmap.format.writer import DEFAULT_MAXSTRLEN
 from nczmap.progress import Progress, ProgressOption, progress_callback
@@ -58,6 +58,7 @@ def copy(
     else:
         reader = open_dataset(source, "r", **({"containers": containers} if containers else {}))
     try:
+        _refuse_unreadable(reader, source)
         if url.driver == "file":
             _copy_staged(reader, url, format_options(url, netcdf_version, keep_filters), progress)
         elif url.driver == "icechunk" and _is_manifest(reader):
@@ -353,6 +354,19 @@ def _chunk_count(variable: Variable) -> int:
     if layout.scalar:
         return 1
     return math.prod(math.ceil(s / c) for s, c in zip(layout.shape, layout.chunks, strict=True))
+
+
+def _refuse_unreadable(reader, source: str) -> None:
+    """A copy holds every array of its source: arrays the reader skipped (damaged metadata, a type it
+    cannot read) make it refuse, before anything is written, rather than leave them out."""
+    problems = getattr(reader, "problems", None) or []
+    if problems:
+        named = "; ".join(f"{key!r}: {why}" for key, why in problems[:3])
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise FormatError(
+            f"cannot copy {source!r}: {len(problems)} of its arrays cannot be read, and a copy without "
+            f"them would lose them: {named}{more}"
+        )
 
 
 def chunk_grid(variable: Variable) -> Iterator[tuple[int, ...]]:
