@@ -39,6 +39,7 @@ from _common import fmt_ratio, fmt_time
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
+from grib_samples import LAMBERT
 from latency_server import serving
 
 PARAMETERS = ("t", "u", "v", "r", "gh")
@@ -69,19 +70,9 @@ def build(folder: Path, files: int, fields: int, grid: tuple[int, int]) -> list[
             for name, level in combos:
                 handle = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
                 keys = {
-                    "gridDefinitionTemplateNumber": 30,
+                    **LAMBERT,  # the tests' HRRR-like grid, at this size
                     "Nx": nx,
                     "Ny": ny,
-                    "latitudeOfFirstGridPointInDegrees": 21.138,
-                    "longitudeOfFirstGridPointInDegrees": 237.28,
-                    "LaDInDegrees": 38.5,
-                    "LoVInDegrees": 262.5,
-                    "Latin1InDegrees": 38.5,
-                    "Latin2InDegrees": 38.5,
-                    "DxInMetres": 3000,
-                    "DyInMetres": 3000,
-                    "shapeOfTheEarth": 6,
-                    "jScansPositively": 1,
                     "shortName": name,
                     "level": level,
                     "dataDate": 20240101,

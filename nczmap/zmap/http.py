@@ -378,6 +378,19 @@ class HttpReader:
     ) -> None:
         """Check the answer to a ranged GET, then read its body into ``buffer``."""
         where = f"bytes {offset}-{offset + len(buffer) - 1} of {self.url}"
+        claimed = self._check_range_answer(response, offset, len(buffer), where, whole)
+        self._read_body(response, buffer, where)
+        if claimed is None and response.read(1):
+            raise StorageError(
+                f"cannot read {where}: the server sent more than the {len(buffer)} bytes asked"
+            )
+
+    def _check_range_answer(
+        self, response: http.client.HTTPResponse, offset: int, length: int, where: str, whole: bool
+    ) -> str | None:
+        """Refuse an answer to a ranged GET of ``length`` bytes at ``offset`` that is not those bytes of
+        the object first seen (a 200 unless ``whole`` was asked, another range, another ETag, an encoding,
+        another length); its Content-Length, if it gave one."""
         if response.status == 200 and not whole:
             raise StorageError(
                 f"cannot read {where}: the server ignored the Range header (200 with the whole object "
@@ -386,20 +399,16 @@ class HttpReader:
         if response.status not in (200, 206):
             raise StorageError(f"cannot read {where}: unexpected answer {response.status} to a range request")
         if response.status == 206:
-            self._check_content_range(response.getheader("Content-Range"), offset, len(buffer), where)
+            self._check_content_range(response.getheader("Content-Range"), offset, length, where)
         self._check_validators(response, where)
         self._check_encoding(response, where)
         claimed = response.getheader("Content-Length")
-        if claimed is not None and _integer(claimed) != len(buffer):
+        if claimed is not None and _integer(claimed) != length:
             raise StorageError(
                 f"cannot read {where}: the server announces {_printable(claimed, 40)} bytes for a range of "
-                f"{len(buffer)}"
+                f"{length}"
             )
-        self._read_body(response, buffer, where)
-        if claimed is None and response.read(1):
-            raise StorageError(
-                f"cannot read {where}: the server sent more than the {len(buffer)} bytes asked"
-            )
+        return claimed
 
     def _receive_scattered(
         self,
@@ -411,23 +420,7 @@ class HttpReader:
     ) -> None:
         """:meth:`_receive` of a span whose body goes, piece by piece, into the targets' buffers."""
         where = f"bytes {start}-{end - 1} of {self.url}"
-        if response.status == 200 and not whole:
-            raise StorageError(
-                f"cannot read {where}: the server ignored the Range header (200 with the whole object "
-                "instead of 206); references can only be read from servers that serve byte ranges"
-            )
-        if response.status not in (200, 206):
-            raise StorageError(f"cannot read {where}: unexpected answer {response.status} to a range request")
-        if response.status == 206:
-            self._check_content_range(response.getheader("Content-Range"), start, end - start, where)
-        self._check_validators(response, where)
-        self._check_encoding(response, where)
-        claimed = response.getheader("Content-Length")
-        if claimed is not None and _integer(claimed) != end - start:
-            raise StorageError(
-                f"cannot read {where}: the server announces {_printable(claimed, 40)} bytes for a range of "
-                f"{end - start}"
-            )
+        claimed = self._check_range_answer(response, start, end - start, where, whole)
         piece = memoryview(bytearray(min(PIECE, end - start)))
         at, waiting, active = start, 0, []  # targets[waiting:] not reached yet; active: reached, not done
         while at < end:

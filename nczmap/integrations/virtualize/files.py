@@ -3,12 +3,14 @@ and modification time from one ``stat``, a bounded number held open at once."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import io
 import os
 import stat
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from nczmap.errors import FormatError, NCZError, StorageError
 from nczmap.manifest.containers import Container, normalize
@@ -241,3 +243,47 @@ def _descriptor_share() -> int:
     except (ImportError, OSError, ValueError):
         return OPEN_FILES
     return OPEN_FILES if soft == resource.RLIM_INFINITY else max(2, soft // 4)
+
+
+class SeekableReader(io.RawIOBase):
+    """A read-only file object of ``size`` bytes for h5py and tifffile: subclasses keep ``position`` and
+    implement ``readinto``."""
+
+    position = 0
+    size: int
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+
+def uncovered(starts: list[int], end_of: Callable[[int], int], start: int, end: int) -> list[tuple[int, int]]:
+    """The parts of ``[start, end)`` outside sorted, non-overlapping extents (extent ``i`` from
+    ``starts[i]`` to ``end_of(i)``), as ``(start, end)``."""
+    gaps, at = [], start
+    index = max(0, bisect.bisect_right(starts, start) - 1)
+    while at < end and index < len(starts):
+        first, last = starts[index], end_of(index)
+        index += 1
+        if last <= at:
+            continue
+        if first >= end:
+            break
+        if first > at:
+            gaps.append((at, first))
+        at = max(at, last)
+    if at < end:
+        gaps.append((at, end))
+    return gaps

@@ -191,6 +191,9 @@ def parse(file, options: ParseOptions) -> ParsedFile:
 
 
 INDEXED_MESSAGE = 64 << 10  # a remote file whose first message is larger is looked for an inventory
+# heads fetched together at most: what a remote source holds while parsed (HELD_BYTES) takes them all, so
+# an inventory of more (or a hostile one) is not used: the file is walked
+MAX_INDEXED = 1024
 
 
 def _messages(file) -> list[Message]:
@@ -225,7 +228,8 @@ def _indexed(file: RemoteFile) -> list[int] | None:
     if len(text) >= INDEX_LIMIT:
         return None
     offsets = index_offsets(text, file.size)
-    return offsets if offsets is not None and file.size >= INDEXED_MESSAGE * len(offsets) else None
+    usable = offsets is not None and len(offsets) <= MAX_INDEXED
+    return offsets if usable and file.size >= INDEXED_MESSAGE * len(offsets) else None
 
 
 def _apart(refused: list[Refusal], root: Group) -> list[Refusal]:

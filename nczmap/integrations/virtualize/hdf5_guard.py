@@ -12,8 +12,9 @@ raises in place of its own error.
 
 from __future__ import annotations
 
-import io
 import os
+
+from nczmap.integrations.virtualize.files import SeekableReader
 
 SIGNATURE = b"\x89HDF\r\n\x1a\n"
 COLLECTION = b"GCOL\x01"  # signature and version 1, the only one there is
@@ -74,7 +75,7 @@ def heap_damage(data: bytes | memoryview, lengths: int) -> str | None:
     return None
 
 
-class GuardedFile(io.RawIOBase):
+class GuardedFile(SeekableReader):
     """A local HDF5 file for h5py, read with ``pread`` and checked by a :class:`HeapGuard`."""
 
     def __init__(self, path: str) -> None:
@@ -83,20 +84,6 @@ class GuardedFile(io.RawIOBase):
         self.size = os.fstat(self.fd).st_size
         self.position = 0
         self.guard = HeapGuard()
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")

@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import io
 import struct
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
+from nczmap.integrations.virtualize.files import SeekableReader, uncovered
 from nczmap.integrations.virtualize.hdf5_guard import HeapGuard
 from nczmap.integrations.virtualize.sources import SourceFile
 
@@ -110,30 +110,14 @@ class Held:
 
     def missing(self, start: int, end: int) -> list[tuple[int, int]]:
         """The parts of ``[start, end)`` not held, as ``(start, end)``."""
-        gaps = []
-        at = max(0, bisect.bisect_right(self.starts, start) - 1)
-        position = start
-        while position < end and at < len(self.starts):
-            s, e = self.starts[at], self.starts[at] + len(self.datas[at])
-            if e <= position:
-                at += 1
-                continue
-            if s >= end:
-                break
-            if s > position:
-                gaps.append((position, s))
-            position = max(position, e)
-            at += 1
-        if position < end:
-            gaps.append((position, end))
-        return gaps
+        return uncovered(self.starts, lambda i: self.starts[i] + len(self.datas[i]), start, end)
 
     @property
     def nbytes(self) -> int:
         return sum(map(len, self.datas))
 
 
-class HeldFile(io.RawIOBase):
+class HeldFile(SeekableReader):
     """A read-only file object for h5py over the bytes held (``held``, then the source's ``cached``):
     a read of anything else records ``(offset, length)`` in ``misses`` and raises :class:`Missing`; a
     global heap collection HDF5 could not decode is refused (:mod:`.hdf5_guard`)."""
@@ -155,20 +139,6 @@ class HeldFile(io.RawIOBase):
             if data is None or len(data) < length:
                 self.misses.append((offset, length))
                 self.wanted.add((offset, length))
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
 
     def readinto(self, buffer) -> int:
         offset = self.position

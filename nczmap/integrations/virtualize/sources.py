@@ -28,7 +28,6 @@ from __future__ import annotations
 import bisect
 import functools
 import glob
-import io
 import os
 import posixpath
 import threading
@@ -37,7 +36,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from nczmap.errors import FormatError, NCZError, StorageError, URLError
-from nczmap.integrations.virtualize.files import LocalFile, SourceFile
+from nczmap.integrations.virtualize.files import LocalFile, SeekableReader, SourceFile, uncovered
 from nczmap.manifest.containers import Container, normalize
 from nczmap.url import ParsedURL, parse_url
 from nczmap.zmap import byteranges
@@ -141,16 +140,8 @@ def _s3_matches(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list
     no object needs a request before it is parsed."""
     import fnmatch
 
-    import obstore
-
     folder, pattern = (url.path, "*") if not glob.has_magic(url.path) else posixpath.split(url.path)
-    folder = folder.rstrip("/")
-    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
-    try:
-        listing = obstore.list_with_delimiter(store, folder + "/" if folder else None)
-    except Exception as exc:
-        error = byteranges.store_error(exc, f"list {text}", url.bucket)
-        raise error or StorageError(f"cannot list {text}") from exc
+    listing = _listing(url, folder.rstrip("/"), text, policy)
     objects = sorted(
         (o for o in listing["objects"] if fnmatch.fnmatchcase(posixpath.basename(o["path"]), pattern)),
         key=lambda o: o["path"],
@@ -168,15 +159,8 @@ def _s3_stores(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list[
     of the prefixes beside them, in name order."""
     import fnmatch
 
-    import obstore
-
     folder, pattern = posixpath.split(url.path.rstrip("/"))
-    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
-    try:
-        listing = obstore.list_with_delimiter(store, folder + "/" if folder else None)
-    except Exception as exc:
-        error = byteranges.store_error(exc, f"list {text}", url.bucket)
-        raise error or StorageError(f"cannot list {text}") from exc
+    listing = _listing(url, folder, text, policy)
     found = sorted(
         p.rstrip("/")
         for p in listing["common_prefixes"]
@@ -185,6 +169,18 @@ def _s3_stores(url: ParsedURL, text: str, policy: RequestPolicy | None) -> list[
     if not found:
         raise FormatError(f"no store matches {text!r}")
     return [(_object_url(text, url, prefix), {}) for prefix in found]
+
+
+def _listing(url: ParsedURL, folder: str, text: str, policy: RequestPolicy | None) -> dict:
+    """One listing of ``folder`` of the bucket ``url`` names (its objects and the prefixes beside them)."""
+    import obstore
+
+    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
+    try:
+        return obstore.list_with_delimiter(store, folder + "/" if folder else None)
+    except Exception as exc:
+        error = byteranges.store_error(exc, f"list {text}", url.bucket)
+        raise error or StorageError(f"cannot list {text}") from exc
 
 
 def _object_url(text: str, url: ParsedURL, key: str) -> str:
@@ -641,7 +637,7 @@ class HttpFile(RemoteFile):
         return self.url.rsplit("/", 1)[0] + "/"
 
 
-class RangeReader(io.RawIOBase):
+class RangeReader(SeekableReader):
     """A read-only, seekable file over a remote source for h5py: reads through the source's held bytes
     (each miss fetched with :data:`READ_AHEAD`); ``error`` keeps why a read failed (h5py turns any
     exception into its own OSError)."""
@@ -659,22 +655,6 @@ class RangeReader(io.RawIOBase):
     @property
     def requests(self) -> int:
         return self.source.requests
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self.position = base + offset
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
 
     def readinto(self, buffer) -> int:
         view = memoryview(buffer).cast("B")
@@ -705,23 +685,8 @@ class _Extents:
 
     def missing(self, start: int, end: int) -> list[tuple[int, int]]:
         """The parts of ``[start, end)`` not held."""
-        gaps, at = [], start
-        index = max(0, bisect.bisect_right(self.starts, start) - 1)
-        while at < end and index < len(self.starts):
-            first = self.starts[index]
-            last = first + len(self.datas[first])
-            if last <= at:
-                index += 1
-                continue
-            if first >= end:
-                break
-            if first > at:
-                gaps.append((at, first))
-            at = max(at, last)
-            index += 1
-        if at < end:
-            gaps.append((at, end))
-        return gaps
+        starts = self.starts
+        return uncovered(starts, lambda i: starts[i] + len(self.datas[starts[i]]), start, end)
 
     def add(self, start: int, data: bytes) -> None:
         """Hold ``data`` at ``start`` (only its parts not held already)."""
