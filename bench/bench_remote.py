@@ -74,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import fmt_ratio, fmt_time
+from bench_virtualize import build_cogs  # the same daily COGs as the local benchmark
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -101,40 +102,6 @@ def _stamp(directory: Path, stamp: dict) -> None:
 def _fresh(directory: Path) -> None:
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-
-
-def build_cogs(directory: Path, count: int, size: int) -> list[str]:
-    """``count`` daily COGs of ``size``² int16 (ZSTD, predictor 2, 512² tiles, overviews)."""
-    import rasterio
-    from rasterio.transform import from_origin
-
-    tile = 512 if size >= 1024 else max(16, size // 4 // 16 * 16)
-    stamp = {"kind": "cog", "files": count, "size": size, "tile": tile, "version": 1}
-    if not _stamped(directory, stamp):
-        _fresh(directory)
-        yy, xx = np.mgrid[0:size, 0:size].astype("f4") / size
-        base = 1500 + 1000 * np.sin(6 * yy) * np.cos(4 * xx)  # a smooth field, like SST in centi-kelvin
-        rng = np.random.default_rng(0)
-        profile = {
-            "driver": "COG",
-            "width": size,
-            "height": size,
-            "count": 1,
-            "dtype": "int16",
-            "crs": "EPSG:4326",
-            "transform": from_origin(-180, 90, 360 / size, 180 / size),
-            "nodata": -32768,
-            "compress": "ZSTD",
-            "predictor": 2,
-            "blocksize": tile,
-        }
-        for day in range(count):
-            date = START + datetime.timedelta(days=day)
-            data = (base + 20 * np.sin(day / 10) + rng.integers(-8, 8, (size, size))).astype("int16")
-            with rasterio.open(directory / f"sst_{date:%Y%m%d}.tif", "w", **profile) as dataset:
-                dataset.write(data, 1)
-        _stamp(directory, stamp)
-    return sorted(glob.glob(str(directory / "sst_*.tif")))
 
 
 def build_netcdf4(directory: Path, count: int, shape: tuple[int, int]) -> list[str]:
