@@ -47,8 +47,13 @@ COMPARED_VALUES = 64 << 10  # values of variables not joined are compared up to 
 # ------------------------------------------------------------------------------------------ comparing
 def attributes(variable: SourceVariable) -> dict[str, object]:
     """``variable``'s attributes as xarray decodes them: a bounds variable without units of its own takes
-    its coordinate's ``units`` and ``calendar`` (CF; xarray's ``_update_bounds_attributes``)."""
+    its coordinate's ``units`` and ``calendar`` (CF; xarray's ``_update_bounds_attributes``); a pure Zarr
+    v2 store's ``fill_value`` is its ``_FillValue``."""
     found = dict(variable.attrs)
+    fill = variable.layout.fill_value
+    if variable.fill_is_missing and "_FillValue" not in found and fill is not None:
+        # a pure Zarr v2 store's fill_value is what xarray masks: compared and decoded as its _FillValue
+        found["_FillValue"] = np.asarray(fill, dtype=variable.layout.dtype.storage)
     if "units" in found:
         return found
     for other in variable.group.variables.values():
