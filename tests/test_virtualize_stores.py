@@ -23,6 +23,7 @@ from nczmap.integrations.virtualize import virtualize
 from nczmap.integrations.virtualize.stores import chunk_index
 
 DAYS = 3
+PACKINGS = [(0.01, 270.0, -999), (0.02, 250.0, -32768), (0.01, 270.0, 7)]  # a day: scale, offset, fill
 
 
 def day_dataset(day: int) -> xr.Dataset:
@@ -108,8 +109,7 @@ def test_stores_packed_with_their_own_scale_and_fill_join_to_xarrays_decoded_val
     reads as xarray decodes each store and joins them, or the join is refused naming the attribute; never
     the first store's packing applied to the others."""
     stores = []
-    packings = [(0.01, 270.0, -999), (0.02, 250.0, -32768), (0.01, 270.0, 7)]
-    for day, (scale, offset, fill) in enumerate(packings):
+    for day, (scale, offset, fill) in enumerate(PACKINGS):
         dataset = day_dataset(day)
         dataset["temp"].encoding = {"chunks": (1, 20, 30), "dtype": "i2", "_FillValue": fill}
         dataset["temp"].encoding.update(scale_factor=scale, add_offset=offset)
@@ -132,6 +132,42 @@ def test_stores_packed_with_their_own_scale_and_fill_join_to_xarrays_decoded_val
             values, wanted = got["temp"].values, expected["temp"].values
             np.testing.assert_allclose(values, wanted, rtol=0, atol=1e-9)  # NaN where NaN
             np.testing.assert_array_equal(got["time"].values, expected["time"].values)
+
+
+def test_netcdf_c_stores_packed_differently_join_to_open_mfdatasets_values(tmp_path):
+    """NCZarr stores libnetcdf wrote, packed with their own scale_factor, add_offset and _FillValue a
+    day: the manifest reads as xarray's open_mfdataset with the netcdf4 engine (libnetcdf) reads them."""
+    netCDF4 = pytest.importorskip("netCDF4")
+    urls = []
+    for day, (scale, offset, fill) in enumerate(
+        [(0.01, 270.0, -999), (0.02, 250.0, -32768), (0.01, 270.0, 7)]
+    ):
+        url = f"file://{tmp_path}/run{day}.file#mode=nczarr,file"
+        with netCDF4.Dataset(url, "w") as nc:
+            nc.createDimension("time", 2)
+            nc.createDimension("x", 6)
+            time = nc.createVariable("time", "f8", ("time",))
+            time.units, time[:] = f"hours since 2024-03-0{day + 1}", [0, 1]
+            v = nc.createVariable("v", "i2", ("time", "x"), fill_value=fill)
+            v.scale_factor, v.add_offset = scale, offset
+            v.set_auto_maskandscale(False)
+            raw = (np.arange(12).reshape(2, 6) * 7).astype("i2")
+            raw[0, 0] = fill
+            v[:] = raw
+        urls.append(url)
+    refs = tmp_path / "refs.json"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = virtualize(urls, refs, concat="time")
+    except NCZError as exc:
+        assert any(name in str(exc) for name in ("scale_factor", "add_offset", "_FillValue")), exc
+        return
+    expected = xr.open_mfdataset(urls, engine="netcdf4", combine="nested", concat_dim="time").load()
+    with open_manifest(refs, result) as got:
+        np.testing.assert_allclose(got["v"].values, expected["v"].values, rtol=0, atol=1e-9)
+        np.testing.assert_array_equal(got["time"].values, expected["time"].values)
+    assert np.isnan(expected["v"].values[4, 1])  # day 3's 7 is its fill value: masked there only
 
 
 def test_zarr_python_reads_the_manifest_without_nczmap(tmp_path):
