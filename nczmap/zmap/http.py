@@ -26,41 +26,46 @@ and nowhere else.
 Errors are nczmap errors naming the URL: 401/403 are AccessDenied, 404/410 "does not exist", anything
 else (other statuses, refused connections, timeouts, TLS failures, malformed answers) StorageError.
 Time is bounded by a :class:`~nczmap.zmap.byteranges.RequestPolicy`: every request has an overall
-deadline (30 s plus 1 s a MB of its length by default) enforced by a watchdog that shuts its connection
-down when it passes, whatever the server sends meanwhile (one byte every two seconds included); a socket
-also waits at most :data:`CONNECT_TIMEOUT` to connect and :data:`READ_TIMEOUT` for each read. 5xx, 408
-and 429 answers, refused or reset connections, bodies cut short, timeouts and passed deadlines are retried
-(:data:`MAX_RETRIES` times by default) with exponential back-off and jitter, or after the ``Retry-After``
-the server asks for, within the policy's budget; other 4xx answers are not retried. Bodies are read into
-a buffer of the requested length: a ``Content-Length`` other than that is refused before anything is
-read, and a body without one that runs past it is an error after one byte too many.
+deadline (30 s plus 1 s a MB of its length by default), whatever the server sends meanwhile (one byte
+every two seconds included); a connection is waited for at most :data:`CONNECT_TIMEOUT`, and a transfer
+that makes no progress for :data:`READ_TIMEOUT` ends. 5xx, 408 and 429 answers, refused or reset
+connections, bodies cut short, timeouts and passed deadlines are retried (:data:`MAX_RETRIES` times by
+default) with exponential back-off and jitter, or after the ``Retry-After`` the server asks for, within
+the policy's budget; other 4xx answers are not retried. Bodies are read into a buffer of the requested
+length: a ``Content-Length`` other than that is refused before any of the body is taken, and a body
+without one that runs past it is an error at the first byte too many.
 
-Connections are kept in one pool per host (scheme, host, port), shared by every reader and thread of the
-process: an idle connection is taken by the next request to that host; at most :data:`POOL_SIZE` idle
-ones are kept a host and :data:`MAX_IDLE` in all, none longer than :data:`IDLE_SECONDS` (the connections
-in use are bounded by the threads using them). A connection the server closed while idle is replaced at
-once (not counted as an attempt). A forked child starts with an empty pool.
+Requests go through libcurl (``pycurl``): the status line and headers are parsed and the body is
+received in compiled code, with the interpreter's lock released, which is what lets a few hundred
+sources be read at once at the speed of the network. Only HTTP and HTTPS are allowed, redirects are not
+followed, the path is sent exactly as spelled, and no content coding is asked for or decoded. Handles
+(and their connections) are kept in one pool for the process, shared by every reader and thread: an
+idle handle is taken by the next request; at most :data:`POOL_SIZE` are kept, each with at most
+:data:`CONNECTIONS_A_HANDLE` connections, none idle longer than :data:`IDLE_SECONDS`; libcurl replaces a
+pooled connection the server closed. A forked child starts with an empty pool.
 
 References are fetched directly: ``HTTP(S)_PROXY`` variables are not used. ``https`` verifies the server
-with the system's certificate authorities (``ssl.create_default_context()``).
+with the system's certificate authorities (those Python's ``ssl`` finds, ``SSL_CERT_FILE`` included).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import heapq
-import http.client
+import functools
+import math
 import os
 import re
-import socket
 import ssl
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from email.utils import parsedate_to_datetime
-from typing import NamedTuple, TypeVar
-from urllib.parse import urljoin, urlsplit
+from typing import Generic, NamedTuple, TypeVar
+from urllib.parse import urljoin, urlsplit, urlunsplit
+
+import pycurl
 
 from nczmap._version import __version__
 from nczmap.errors import AccessDenied, NCZError, StorageError
@@ -69,11 +74,11 @@ from nczmap.zmap.byteranges import DEFAULT_POLICY, RequestPolicy, merge_ranges, 
 CONNECT_TIMEOUT = 5.0  # seconds, as byteranges.CLIENT_OPTIONS
 READ_TIMEOUT = 15.0  # the longest wait for any progress (the deadline bounds the whole request)
 MAX_RETRIES = DEFAULT_POLICY.attempts - 1
-POOL_SIZE = 128  # idle connections kept per host (as many as sources parsed at once)
-MAX_IDLE = 256  # idle connections kept in all
+POOL_SIZE = 128  # idle handles kept (as many as sources parsed at once)
+CONNECTIONS_A_HANDLE = 2  # open connections a handle keeps (to as many hosts)
 IDLE_SECONDS = 20.0  # an idle connection older than this is closed, not reused
 SPANS_IN_FLIGHT = 16  # spans of one read_ranges call requested at once
-PIECE = 1 << 20  # bodies are read in pieces of this size
+PIECE = 128 << 10  # bodies are received in pieces of at most this size
 RESERVED_HEADERS = (
     "host",
     "range",
@@ -88,7 +93,7 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an RFC 9110 header name
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _UNSATISFIED = re.compile(r"bytes \*/(\d+)")
 T = TypeVar("T")
-Parse = Callable[[http.client.HTTPResponse], T]
+Parse = Callable[["_Transfer"], "_Receiver[T]"]
 
 
 class Head(NamedTuple):
@@ -107,10 +112,6 @@ class _Transient(StorageError):
     """A failure worth another attempt (5xx, 408, 429, a dropped connection, a body cut short)."""
 
     retry_after: float | None = None
-
-
-class _Stale(Exception):
-    """An idle pooled connection the server had closed: replaced at once, not counted as an attempt."""
 
 
 class HttpReader:
@@ -133,8 +134,7 @@ class HttpReader:
         if not any(name.lower() == "user-agent" for name in self.headers):
             self.headers["User-Agent"] = f"nczmap/{__version__}"
         self.policy = policy or DEFAULT_POLICY
-        self._host = (parts.scheme, parts.hostname, parts.port)
-        self._path = parts.path or "/"
+        self._target = urlunsplit((parts.scheme, parts.netloc, parts.path or "/", "", ""))
         self.size: int | None = None
         self.etag: str | None = None
         self.modified: str | None = None
@@ -187,18 +187,31 @@ class HttpReader:
         """Up to ``length`` bytes at ``offset`` (fewer at the end of the object, none past it) in one GET,
         learning the object's size, ETag and ``Last-Modified`` from the answer (no HEAD), or checking them
         against those already known; later GETs are conditional on them. A server ignoring ``Range``
-        (200 and the whole object) has only what is needed read, its size taken from ``Content-Length``."""
+        (200 and the whole object) has only what is needed read, its size taken from ``Content-Length``.
+        Many readers' fetches go out together through :func:`fetch_each`."""
         if length <= 0:
             return b""
-        end = offset + length - 1
         self.conditional = True
-        return self._exchange(
+        return self._exchange(*self._fetch_request(offset, length))
+
+    def _fetch_request(self, offset: int, length: int) -> tuple:
+        end = offset + length - 1
+        return (
             "GET",
             {"Range": f"bytes={offset}-{end}", **self._conditions()},
             lambda response: self._receive_some(response, offset, length),
             f"read bytes {offset}-{end} of",
             length,
         )
+
+    def _start_fetch(self, curl: pycurl.Curl, offset: int, length: int) -> _Transfer:
+        """``curl`` set for one attempt of :meth:`fetch` (counted), for a multi handle to perform."""
+        self.conditional = True
+        method, headers, parse, what, length = self._fetch_request(offset, length)
+        with self._lock:
+            self.requests += 1
+        lines = [_header_line(name, value) for name, value in {**self.headers, **headers}.items()]
+        return self._prepare(curl, method, lines, parse, what, self.policy.deadline_for(length))
 
     def scatter(self, start: int, end: int, targets: Sequence[tuple[int, memoryview]]) -> None:
         """One GET of bytes ``[start, end)``, its body placed into each ``(offset, buffer)`` of
@@ -252,47 +265,23 @@ class HttpReader:
     def _exchange(self, method: str, headers: dict[str, str], parse: Parse[T], what: str, length: int) -> T:
         """One request, answered and parsed, retried when that may help (see the module's notes)."""
         policy = self.policy
-        began, attempt, stale = time.monotonic(), 0, 0
-        pool = _pool(self._host)
+        lines = [_header_line(name, value) for name, value in {**self.headers, **headers}.items()]
+        began, attempt = time.monotonic(), 0
         while True:
-            connection, reused = pool.take()
             limit = policy.deadline_for(length)
-            guard = _WATCHDOG.arm(time.monotonic() + limit, connection)
-            keep = False
-            failure: NCZError | None = None
+            curl = _HANDLES.take()
             try:
                 with self._lock:
                     self.requests += 1
-                result, keep = self._attempt(connection, method, headers, parse, what, reused, guard)
-                return result
-            except _Stale:
-                stale += 1
-                if stale <= POOL_SIZE:  # every idle connection of the pool may have been closed
-                    continue
-                failure = StorageError(f"cannot {what} {self.url}: the server keeps closing connections")
+                return self._attempt(curl, method, lines, parse, what, limit)
             except _Transient as exc:
-                failure = self._late(what, limit) if guard.expired else exc
-            except NCZError:
-                raise
-            except ssl.SSLCertVerificationError as exc:
-                raise StorageError(f"cannot {what} {self.url}: {exc}") from exc
-            except (OSError, http.client.HTTPException, ValueError) as exc:
-                if guard.expired:
-                    failure = self._late(what, limit)
-                else:
-                    failure = _Transient(f"cannot {what} {self.url}: {_describe(exc)}")
-                failure.__cause__ = exc
+                failure = exc
             finally:
-                expired = _WATCHDOG.disarm(guard)
-                if keep and not expired:
-                    pool.give(connection)
-                else:
-                    connection.close()
+                _HANDLES.give(curl)
             attempt += 1
             wait = policy.wait(attempt)
-            after = getattr(failure, "retry_after", None)
-            if after is not None:
-                wait = after
+            if failure.retry_after is not None:
+                wait = failure.retry_after
             spent = time.monotonic() - began
             if attempt >= policy.attempts or spent + wait > policy.budget:
                 tried = f" ({attempt} attempts in {spent:.1f} s)" if attempt > 1 else ""
@@ -303,37 +292,72 @@ class HttpReader:
         return _Transient(f"cannot {what} {self.url}: no complete answer within its deadline of {limit:g} s")
 
     def _attempt(
-        self,
-        connection: http.client.HTTPConnection,
-        method: str,
-        headers: dict[str, str],
-        parse: Parse[T],
-        what: str,
-        reused: bool,
-        guard: _Guard,
-    ) -> tuple[T, bool]:
-        """The answer parsed, and whether the connection may serve another request."""
-        if connection.sock is None:
-            connection.timeout = max(0.001, min(CONNECT_TIMEOUT, guard.deadline - time.monotonic()))
-            connection.connect()
-            reused = False
-        connection.sock.settimeout(READ_TIMEOUT)
+        self, curl: pycurl.Curl, method: str, lines: list[str], parse: Parse[T], what: str, limit: float
+    ) -> T:
+        """One request sent and its answer parsed; a failure worth another attempt is :class:`_Transient`."""
+        transfer = self._prepare(curl, method, lines, parse, what, limit)
+        error = None
         try:
-            connection.request(method, self._path, headers={**self.headers, **headers})
-            response = connection.getresponse()
-        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-            if reused and not guard.expired:
-                raise _Stale() from exc
-            raise
-        try:
-            self._check_status(response, what)
-            result = parse(response)
-        except BaseException:
-            response.close()
-            raise
-        return result, response.isclosed()
+            curl.perform()
+        except pycurl.error as exc:
+            error = exc
+        return self._complete(curl, transfer, error)
 
-    def _check_status(self, response: http.client.HTTPResponse, what: str) -> None:
+    def _prepare(
+        self, curl: pycurl.Curl, method: str, lines: list[str], parse: Parse[T], what: str, limit: float
+    ) -> _Transfer:
+        """``curl`` set for one request, its answer to go to the :class:`_Transfer` returned (libcurl hands
+        it the status and headers, then the body)."""
+        transfer = _Transfer(lambda answer: self._begin(answer, what, parse), what, limit)
+        curl.setopt(pycurl.URL, self._target)
+        if method == "HEAD":
+            curl.setopt(pycurl.NOBODY, 1)
+        else:
+            curl.setopt(pycurl.HTTPGET, 1)
+        curl.setopt(pycurl.HTTPHEADER, lines)
+        curl.setopt(pycurl.TIMEOUT_MS, _milliseconds(limit))
+        curl.setopt(pycurl.CONNECTTIMEOUT_MS, _milliseconds(min(CONNECT_TIMEOUT, limit)))
+        curl.setopt(pycurl.LOW_SPEED_TIME, max(1, math.ceil(READ_TIMEOUT)))
+        curl.setopt(pycurl.HEADERFUNCTION, transfer.header)
+        curl.setopt(pycurl.WRITEFUNCTION, transfer.write)
+        return transfer
+
+    def _complete(self, curl: pycurl.Curl, transfer: _Transfer, error: pycurl.error | None) -> T:
+        """The result of the transfer ``curl`` made (``error``: how libcurl ended it, if it failed)."""
+        curl.setopt(pycurl.HEADERFUNCTION, _ignore)  # the transfer's buffers are not kept with the handle
+        curl.setopt(pycurl.WRITEFUNCTION, _ignore)
+        if transfer.failure is not None:
+            raise transfer.failure
+        if error is not None and not transfer.enough:
+            took = time.monotonic() - transfer.began
+            raise self._failed(error, transfer, transfer.what, transfer.limit, took) from None
+        return transfer.begun().finish()
+
+    def _begin(self, answer: _Transfer, what: str, parse: Parse[T]) -> _Receiver[T]:
+        self._check_status(answer, what)
+        return parse(answer)
+
+    def _failed(
+        self, exc: pycurl.error, transfer: _Transfer, what: str, limit: float, took: float
+    ) -> NCZError:
+        """The error for a transfer libcurl ended with ``exc``."""
+        code, message = exc.args[0], _printable(str(exc.args[1]) if len(exc.args) > 1 else "", 200)
+        if code == pycurl.E_OPERATION_TIMEDOUT:
+            if took >= limit * 0.999:
+                return self._late(what, limit)
+            return _Transient(f"cannot {what} {self.url}: timed out ({message})")
+        if code in _FATAL_CODES:
+            return StorageError(f"cannot {what} {self.url}: {message}")
+        if transfer.receiver is not None:  # the body was cut: say how much of it came
+            try:
+                transfer.receiver.finish()
+            except _Transient as short:
+                return short
+            except NCZError:
+                pass
+        return _Transient(f"cannot {what} {self.url}: {message or f'libcurl error {code}'}")
+
+    def _check_status(self, response: _Transfer, what: str) -> None:
         status = response.status
         if 200 <= status < 300 or status == 416:
             return
@@ -361,112 +385,74 @@ class HttpReader:
         raise StorageError(f"cannot {what} {self.url}: the server answered {shown}")
 
     # ------------------------------------------------------------------------------------- answers
-    def _parse_head(self, response: http.client.HTTPResponse) -> Head:
-        response.read()  # a HEAD has no body: this only marks the answer complete
-        if response.status == 416:
+    def _parse_head(self, answer: _Transfer) -> _Receiver[Head]:
+        if answer.status == 416:
             raise StorageError(f"cannot read the size of {self.url}: the server answered 416 to a HEAD")
-        size = _integer(response.getheader("Content-Length"))
+        size = _integer(answer.getheader("Content-Length"))
         if size is None:
             raise StorageError(f"cannot read the size of {self.url}: its HEAD gives no valid Content-Length")
-        ranges = (response.getheader("Accept-Ranges") or "bytes").strip().lower() != "none"
+        ranges = (answer.getheader("Accept-Ranges") or "bytes").strip().lower() != "none"
         if self.modified is None:
-            self.modified = response.getheader("Last-Modified")
-        return Head(size, response.getheader("ETag"), ranges)
+            self.modified = answer.getheader("Last-Modified")
+        return _Known(Head(size, answer.getheader("ETag"), ranges))
 
-    def _receive(
-        self, response: http.client.HTTPResponse, offset: int, buffer: memoryview, whole: bool
-    ) -> None:
-        """Check the answer to a ranged GET, then read its body into ``buffer``."""
+    def _receive(self, answer: _Transfer, offset: int, buffer: memoryview, whole: bool) -> _Receiver[None]:
+        """Check the answer to a ranged GET, then have its body read into ``buffer``."""
         where = f"bytes {offset}-{offset + len(buffer) - 1} of {self.url}"
-        claimed = self._check_range_answer(response, offset, len(buffer), where, whole)
-        self._read_body(response, buffer, where)
-        if claimed is None and response.read(1):
-            raise StorageError(
-                f"cannot read {where}: the server sent more than the {len(buffer)} bytes asked"
-            )
+        self._check_range_answer(answer, offset, len(buffer), where, whole)
+        return _Fill(buffer, where, lambda: None)
 
     def _check_range_answer(
-        self, response: http.client.HTTPResponse, offset: int, length: int, where: str, whole: bool
-    ) -> str | None:
+        self, answer: _Transfer, offset: int, length: int, where: str, whole: bool
+    ) -> None:
         """Refuse an answer to a ranged GET of ``length`` bytes at ``offset`` that is not those bytes of
         the object first seen (a 200 unless ``whole`` was asked, another range, another ETag, an encoding,
-        another length); its Content-Length, if it gave one."""
-        if response.status == 200 and not whole:
+        another length)."""
+        if answer.status == 200 and not whole:
             raise StorageError(
                 f"cannot read {where}: the server ignored the Range header (200 with the whole object "
                 "instead of 206); references can only be read from servers that serve byte ranges"
             )
-        if response.status not in (200, 206):
-            raise StorageError(f"cannot read {where}: unexpected answer {response.status} to a range request")
-        if response.status == 206:
-            self._check_content_range(response.getheader("Content-Range"), offset, length, where)
-        self._check_validators(response, where)
-        self._check_encoding(response, where)
-        claimed = response.getheader("Content-Length")
+        if answer.status not in (200, 206):
+            raise StorageError(f"cannot read {where}: unexpected answer {answer.status} to a range request")
+        if answer.status == 206:
+            self._check_content_range(answer.getheader("Content-Range"), offset, length, where)
+        self._check_validators(answer, where)
+        self._check_encoding(answer, where)
+        claimed = answer.getheader("Content-Length")
         if claimed is not None and _integer(claimed) != length:
             raise StorageError(
                 f"cannot read {where}: the server announces {_printable(claimed, 40)} bytes for a range of "
                 f"{length}"
             )
-        return claimed
 
     def _receive_scattered(
-        self,
-        response: http.client.HTTPResponse,
-        start: int,
-        end: int,
-        targets: list[tuple[int, memoryview]],
-        whole: bool,
-    ) -> None:
+        self, answer: _Transfer, start: int, end: int, targets: list[tuple[int, memoryview]], whole: bool
+    ) -> _Receiver[None]:
         """:meth:`_receive` of a span whose body goes, piece by piece, into the targets' buffers."""
         where = f"bytes {start}-{end - 1} of {self.url}"
-        claimed = self._check_range_answer(response, start, end - start, where, whole)
-        piece = memoryview(bytearray(min(PIECE, end - start)))
-        at, waiting, active = start, 0, []  # targets[waiting:] not reached yet; active: reached, not done
-        while at < end:
-            count = 0
-            with contextlib.suppress(http.client.IncompleteRead):
-                count = response.readinto(piece[: min(PIECE, end - at)])
-            if not count:
-                raise _Transient(
-                    f"cannot read {where}: the answer ended after {at - start} of {end - start} bytes"
-                )
-            top = at + count
-            while waiting < len(targets) and targets[waiting][0] < top:
-                active.append(targets[waiting])
-                waiting += 1
-            still = []
-            for offset, buffer in active:
-                low, high = max(offset, at), min(offset + len(buffer), top)
-                if high > low:
-                    buffer[low - offset : high - offset] = piece[low - at : high - at]
-                if offset + len(buffer) > top:
-                    still.append((offset, buffer))
-            active, at = still, top
-        if claimed is None and response.read(1):
-            raise StorageError(
-                f"cannot read {where}: the server sent more than the {end - start} bytes asked"
-            )
+        self._check_range_answer(answer, start, end - start, where, whole)
+        return _Scatter(start, end, targets, where)
 
-    def _receive_some(self, response: http.client.HTTPResponse, offset: int, length: int) -> bytes:
+    def _receive_some(self, answer: _Transfer, offset: int, length: int) -> _Receiver[bytes]:
         """The answer to :meth:`fetch`: up to ``length`` bytes at ``offset``, the size learnt."""
         where = f"bytes {offset}-{offset + length - 1} of {self.url}"
-        status = response.status
+        status = answer.status
         if status == 416:
-            match = _UNSATISFIED.fullmatch((response.getheader("Content-Range") or "").strip())
+            match = _UNSATISFIED.fullmatch((answer.getheader("Content-Range") or "").strip())
             if match is None:
                 raise StorageError(f"cannot read {where}: 416 without the object's size (Content-Range)")
             self._learn_size(int(match[1]), where)
             if offset < int(match[1]):
                 raise StorageError(f"cannot read {where}: the server refused a range inside the object")
-            return b""
+            return _Known(b"")
         if status not in (200, 206):
             raise StorageError(f"cannot read {where}: unexpected answer {status} to a range request")
-        self._check_validators(response, where)
-        self._check_encoding(response, where)
-        claimed = response.getheader("Content-Length")
+        self._check_validators(answer, where)
+        self._check_encoding(answer, where)
+        claimed = answer.getheader("Content-Length")
         if status == 206:
-            header = response.getheader("Content-Range")
+            header = answer.getheader("Content-Range")
             match = _CONTENT_RANGE.fullmatch((header or "").strip())
             if match is None or match[3] == "*":
                 raise StorageError(
@@ -488,10 +474,7 @@ class HttpReader:
                     f"of {count}"
                 )
             buffer = bytearray(count)
-            self._read_body(response, memoryview(buffer), where)
-            if claimed is None and response.read(1):
-                raise StorageError(f"cannot read {where}: the server sent more than the {count} bytes asked")
-            return bytes(buffer)
+            return _Fill(memoryview(buffer), where, lambda: bytes(buffer))
         # 200: the server ignored Range and sends the whole object: read what is needed, drop the rest
         size = _integer(claimed)
         if size is None:
@@ -500,38 +483,17 @@ class HttpReader:
                 "size); it cannot be read in parts"
             )
         self._learn_size(size, where)
-        skip = min(offset, size)
-        scratch = memoryview(bytearray(min(PIECE, skip)))
-        while skip:
-            count = response.readinto(scratch[: min(PIECE, skip)])
-            if not count:
-                raise _Transient(f"cannot read {where}: the answer ended before byte {offset}")
-            skip -= count
         buffer = bytearray(max(0, min(length, size - offset)))
-        self._read_body(response, memoryview(buffer), where)
-        return bytes(buffer)  # a body not read to its end closes its connection (see _attempt)
+        return _Fill(memoryview(buffer), where, lambda: bytes(buffer), skip=min(offset, size), rest=True)
 
-    def _read_body(self, response: http.client.HTTPResponse, buffer: memoryview, where: str) -> None:
-        done = 0
-        try:
-            while done < len(buffer):
-                count = response.readinto(buffer[done : done + PIECE])
-                if not count:
-                    break
-                done += count
-        except http.client.IncompleteRead:
-            pass
-        if done < len(buffer):
-            raise _Transient(f"cannot read {where}: the answer ended after {done} of {len(buffer)} bytes")
-
-    def _check_encoding(self, response: http.client.HTTPResponse, where: str) -> None:
-        encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
+    def _check_encoding(self, answer: _Transfer, where: str) -> None:
+        encoding = (answer.getheader("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
             raise StorageError(f"cannot read {where}: the server sent it {encoding}-encoded")
 
-    def _check_validators(self, response: http.client.HTTPResponse, where: str) -> None:
+    def _check_validators(self, answer: _Transfer, where: str) -> None:
         """Keep the first ETag and Last-Modified seen; an answer with another ETag is of another object."""
-        etag, modified = response.getheader("ETag"), response.getheader("Last-Modified")
+        etag, modified = answer.getheader("ETag"), answer.getheader("Last-Modified")
         with self._lock:
             known = self.etag
             if known is None and etag:
@@ -565,187 +527,321 @@ class HttpReader:
             )
 
 
+def fetch_each(
+    requests: Sequence[tuple[HttpReader, int, int]],
+    in_flight: int,
+    answered: Callable[[int, bytes | NCZError | None], None] | None = None,
+) -> list[bytes | NCZError | None]:
+    """For each ``(reader, offset, length)``, what ``reader.fetch(offset, length)`` returns, the requests
+    made from this thread by libcurl's multi interface, at most ``in_flight`` at once (no thread a
+    request). One attempt each: the error it raises where another attempt would not help, None where it
+    failed in a way that may pass (the caller reads that range again through :meth:`HttpReader.fetch`,
+    which retries and names the failure). ``answered(index, result)`` is called as each ends, while the
+    others go on."""
+    results: list[bytes | NCZError | None] = [None] * len(requests)
+    waiting = deque(enumerate(requests))
+    running: dict[pycurl.Curl, tuple[int, HttpReader, _Transfer]] = {}
+    multi = pycurl.CurlMulti()
+    try:
+        while waiting or running:
+            while waiting and len(running) < in_flight:
+                index, (reader, offset, length) = waiting.popleft()
+                curl = _HANDLES.take()
+                running[curl] = (index, reader, reader._start_fetch(curl, offset, length))
+                multi.add_handle(curl)
+            while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                pass
+            while True:
+                queued, done, failed = multi.info_read()
+                ended = [(curl, None) for curl in done]
+                ended += [(curl, pycurl.error(code, message)) for curl, code, message in failed]
+                for curl, error in ended:
+                    multi.remove_handle(curl)
+                    index, reader, transfer = running.pop(curl)
+                    try:
+                        results[index] = reader._complete(curl, transfer, error)
+                    except _Transient:
+                        pass
+                    except NCZError as exc:
+                        results[index] = exc
+                    _HANDLES.give(curl)
+                    if answered is not None:
+                        answered(index, results[index])
+                if not queued:
+                    break
+            if running:
+                multi.select(1.0)
+    finally:
+        for curl in running:
+            multi.remove_handle(curl)
+            curl.setopt(pycurl.HEADERFUNCTION, _ignore)
+            curl.setopt(pycurl.WRITEFUNCTION, _ignore)
+            _HANDLES.give(curl)
+        multi.close()
+    return results
+
+
+# ------------------------------------------------------------------------------------------ transfers
+class _Transfer:
+    """One attempt as libcurl hands it over: the status line and headers (of the last block, after any
+    ``1xx``), then the body in pieces, given to the receiver ``begin`` makes of the answer when the first
+    piece comes (or after the transfer, when it has no body). A check failing in a callback is kept in
+    ``failure`` and ends the transfer; ``enough`` is set when the receiver needs nothing more."""
+
+    __slots__ = (
+        "began",
+        "begin",
+        "enough",
+        "failure",
+        "headers",
+        "limit",
+        "reason",
+        "receiver",
+        "status",
+        "what",
+    )
+
+    def __init__(self, begin: Callable[[_Transfer], _Receiver], what: str, limit: float) -> None:
+        self.begin, self.what, self.limit = begin, what, limit
+        self.began = time.monotonic()
+        self.status, self.reason = 0, ""
+        self.headers: dict[str, str] = {}
+        self.receiver: _Receiver | None = None
+        self.failure: NCZError | None = None
+        self.enough = False
+
+    def getheader(self, name: str) -> str | None:
+        """The header's value (repeated headers joined by ``, ``), or None."""
+        return self.headers.get(name.lower())
+
+    def header(self, line: bytes) -> int | None:
+        try:
+            if line.startswith(b"HTTP/"):
+                rest = line.decode("latin-1").strip().partition(" ")[2]
+                code, _, reason = rest.partition(" ")
+                if not (code.isascii() and code.isdigit() and len(code) == 3):
+                    raise StorageError(f"malformed status line {_printable(line.decode('latin-1'), 80)!r}")
+                self.status, self.reason, self.headers = int(code), reason.strip(), {}
+                return None
+            name, colon, value = line.partition(b":")
+            if colon:
+                key, text = name.decode("latin-1").strip().lower(), value.decode("latin-1").strip()
+                known = self.headers.get(key)
+                self.headers[key] = text if known is None else f"{known}, {text}"
+            return None
+        except NCZError as exc:
+            self.failure = exc
+        return 0  # ends the transfer
+
+    def write(self, data: bytes) -> int | None:
+        try:
+            if self.receiver is None:
+                self.receiver = self.begin(self)
+            if self.receiver.take(data):
+                return None
+            self.enough = True
+        except NCZError as exc:
+            self.failure = exc
+        return 0  # ends the transfer (its connection is closed)
+
+    def begun(self) -> _Receiver:
+        if self.receiver is None:
+            self.receiver = self.begin(self)
+        return self.receiver
+
+
+class _Receiver(Generic[T]):
+    """Where an answer's body goes: :meth:`take` is given each piece (False: nothing more is needed),
+    :meth:`finish` the result once the transfer ended (an error if the body was cut short)."""
+
+    def take(self, data: bytes) -> bool:
+        return False
+
+    def finish(self) -> T:
+        raise NotImplementedError
+
+
+class _Known(_Receiver[T]):
+    """An answer whose result its headers gave: its body, if any, is not read."""
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def finish(self) -> T:
+        return self.value
+
+
+class _Fill(_Receiver[T]):
+    """The body into ``buffer``, after ``skip`` bytes; more than fits is an error, unless the ``rest``
+    of the body is not wanted (then the transfer ends when ``buffer`` is full)."""
+
+    def __init__(
+        self, buffer: memoryview, where: str, result: Callable[[], T], skip: int = 0, rest: bool = False
+    ) -> None:
+        self.buffer, self.where, self.result = buffer, where, result
+        self.skip, self.rest, self.done = skip, rest, 0
+
+    def take(self, data: bytes) -> bool:
+        if self.skip:
+            count = min(self.skip, len(data))
+            self.skip -= count
+            data = memoryview(data)[count:]
+        room = len(self.buffer) - self.done
+        if len(data) > room and not self.rest:
+            raise StorageError(
+                f"cannot read {self.where}: the server sent more than the {len(self.buffer)} bytes asked"
+            )
+        count = min(room, len(data))
+        self.buffer[self.done : self.done + count] = data[:count]
+        self.done += count
+        return not (self.rest and self.skip == 0 and self.done == len(self.buffer))
+
+    def finish(self) -> T:
+        if self.skip:
+            raise _Transient(f"cannot read {self.where}: the answer ended before its first byte")
+        if self.done < len(self.buffer):
+            raise _Transient(
+                f"cannot read {self.where}: the answer ended after {self.done} of {len(self.buffer)} bytes"
+            )
+        return self.result()
+
+
+class _Scatter(_Receiver[None]):
+    """The body of the span ``[start, end)`` placed into each ``(offset, buffer)`` of ``targets`` (sorted
+    by offset; inside the span, overlapping or with gaps between) as it arrives."""
+
+    def __init__(self, start: int, end: int, targets: list[tuple[int, memoryview]], where: str) -> None:
+        self.start, self.end, self.targets, self.where = start, end, targets, where
+        self.at, self.waiting = start, 0  # targets[waiting:] not reached yet
+        self.active: list[tuple[int, memoryview]] = []  # reached, not done
+
+    def take(self, data: bytes) -> bool:
+        at, top = self.at, self.at + len(data)
+        if top > self.end:
+            raise StorageError(
+                f"cannot read {self.where}: the server sent more than the {self.end - self.start} bytes asked"
+            )
+        piece, targets = memoryview(data), self.targets
+        while self.waiting < len(targets) and targets[self.waiting][0] < top:
+            self.active.append(targets[self.waiting])
+            self.waiting += 1
+        still = []
+        for offset, buffer in self.active:
+            low, high = max(offset, at), min(offset + len(buffer), top)
+            if high > low:
+                buffer[low - offset : high - offset] = piece[low - at : high - at]
+            if offset + len(buffer) > top:
+                still.append((offset, buffer))
+        self.active, self.at = still, top
+        return True
+
+    def finish(self) -> None:
+        if self.at < self.end:
+            raise _Transient(
+                f"cannot read {self.where}: the answer ended after {self.at - self.start} of "
+                f"{self.end - self.start} bytes"
+            )
+
+
+def _ignore(data: bytes) -> None:
+    """A callback for an idle handle."""
+
+
 # ------------------------------------------------------------------------------------------ connections
-class _HostPool:
-    """Idle connections to one (scheme, host, port), shared by every reader and thread: at most
-    :data:`POOL_SIZE`, none idle longer than :data:`IDLE_SECONDS` (servers close them by then)."""
+class _Handles:
+    """Idle libcurl handles, shared by every reader and thread of the process: a request takes the one
+    used last (its connections are the likeliest to be alive), else a new one. At most :data:`POOL_SIZE`
+    are kept, each with at most :data:`CONNECTIONS_A_HANDLE` open connections, none idle longer than
+    :data:`IDLE_SECONDS` (a handle idle that long is closed with its connections)."""
 
-    def __init__(self, scheme: str, host: str, port: int | None) -> None:
-        self.scheme, self.host, self.port = scheme, host, port
-        self.idle: list[tuple[http.client.HTTPConnection, float]] = []  # oldest first
+    def __init__(self) -> None:
+        self.idle: list[tuple[pycurl.Curl, float]] = []  # oldest first
         self.lock = threading.Lock()
+        self.share = pycurl.CurlShare()  # names resolved and TLS sessions, for every handle
+        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
+        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
 
-    def take(self) -> tuple[http.client.HTTPConnection, bool]:
-        """A connection (an idle one, most recently used first, else a new one) and whether it was idle."""
+    def take(self) -> pycurl.Curl:
         with self.lock:
             stale = self._expired(time.monotonic())
             found = self.idle.pop()[0] if self.idle else None
         _close(stale)
-        if found is not None:
-            return found, True
-        if self.scheme == "https":
-            return http.client.HTTPSConnection(self.host, self.port, context=_tls()), False
-        return http.client.HTTPConnection(self.host, self.port), False
+        return found if found is not None else self._new()
 
-    def give(self, connection: http.client.HTTPConnection) -> None:
+    def give(self, curl: pycurl.Curl) -> None:
         now = time.monotonic()
         with self.lock:
             stale = self._expired(now)
-            self.idle.append((connection, now))
+            self.idle.append((curl, now))
             while len(self.idle) > POOL_SIZE:
                 stale.append(self.idle.pop(0)[0])
         _close(stale)
-        _trim_pools()
-
-    def _expired(self, now: float) -> list[http.client.HTTPConnection]:
-        """Remove and return the connections idle too long (called holding ``lock``)."""
-        count = 0
-        while count < len(self.idle) and now - self.idle[count][1] > IDLE_SECONDS:
-            count += 1
-        expired = [connection for connection, _ in self.idle[:count]]
-        del self.idle[:count]
-        return expired
-
-    def oldest(self) -> float:
-        with self.lock:
-            return self.idle[0][1] if self.idle else float("inf")
-
-    def drop_oldest(self) -> None:
-        with self.lock:
-            dropped = [self.idle.pop(0)[0]] if self.idle else []
-        _close(dropped)
 
     def close(self) -> None:
         with self.lock:
             idle, self.idle = self.idle, []
-        _close([connection for connection, _ in idle])
+        _close([curl for curl, _ in idle])
+
+    def _expired(self, now: float) -> list[pycurl.Curl]:
+        """Remove and return the handles idle too long (called holding ``lock``)."""
+        count = 0
+        while count < len(self.idle) and now - self.idle[count][1] > IDLE_SECONDS:
+            count += 1
+        expired = [curl for curl, _ in self.idle[:count]]
+        del self.idle[:count]
+        return expired
+
+    def _new(self) -> pycurl.Curl:
+        curl = pycurl.Curl()
+        curl.setopt(pycurl.SHARE, self.share)
+        curl.setopt(pycurl.NOSIGNAL, 1)  # threads: timeouts without SIGALRM
+        curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        curl.setopt(pycurl.FOLLOWLOCATION, 0)  # redirects are refused (see the module's notes)
+        curl.setopt(pycurl.PROXY, "")  # no proxy, whatever the environment says
+        curl.setopt(pycurl.PATH_AS_IS, 1)  # the canonical path exactly as spelled
+        curl.setopt(pycurl.LOW_SPEED_LIMIT, 1)  # with LOW_SPEED_TIME: READ_TIMEOUT without progress
+        curl.setopt(pycurl.MAXCONNECTS, CONNECTIONS_A_HANDLE)
+        curl.setopt(pycurl.MAXAGE_CONN, int(IDLE_SECONDS))
+        curl.setopt(pycurl.BUFFERSIZE, PIECE)
+        authorities = _authorities()
+        if authorities.cafile:
+            curl.setopt(pycurl.CAINFO, authorities.cafile)
+        if authorities.capath:
+            curl.setopt(pycurl.CAPATH, authorities.capath)
+        return curl
 
 
-def _close(connections: list[http.client.HTTPConnection]) -> None:
-    for connection in connections:
-        with contextlib.suppress(OSError):
-            connection.close()
+def _close(handles: list[pycurl.Curl]) -> None:
+    for curl in handles:
+        curl.close()
 
 
-def _trim_pools() -> None:
-    """At most :data:`MAX_IDLE` idle connections in the process, whatever the number of hosts: the
-    longest idle closed first."""
-    with _pools_lock:
-        pools = list(_pools.values())
-    if len(pools) < 2:
-        return
-    while sum(len(pool.idle) for pool in pools) > MAX_IDLE:
-        min(pools, key=_HostPool.oldest).drop_oldest()
+@functools.cache
+def _authorities() -> ssl.DefaultVerifyPaths:
+    """The system's certificate authorities, as Python's ``ssl`` finds them (``SSL_CERT_FILE`` too)."""
+    paths = ssl.get_default_verify_paths()
+    return paths._replace(
+        cafile=paths.cafile if paths.cafile and os.path.isfile(paths.cafile) else None,
+        capath=paths.capath if paths.capath and os.path.isdir(paths.capath) else None,
+    )
 
 
-_pools: dict[tuple[str, str, int | None], _HostPool] = {}
-_pools_lock = threading.Lock()
-_context: ssl.SSLContext | None = None
-
-
-def _pool(host: tuple[str, str, int | None]) -> _HostPool:
-    with _pools_lock:
-        pool = _pools.get(host)
-        if pool is None:
-            pool = _pools[host] = _HostPool(*host)
-        return pool
-
-
-def _tls() -> ssl.SSLContext:
-    global _context
-    if _context is None:
-        _context = ssl.create_default_context()
-    return _context
+_HANDLES = _Handles()
+_INHERITED: list[_Handles] = []
 
 
 def close_connections() -> None:
     """Close every idle pooled connection (they are otherwise kept for the process's next requests)."""
-    with _pools_lock:
-        pools = list(_pools.values())
-    for pool in pools:
-        pool.close()
-
-
-# ------------------------------------------------------------------------------------------ deadlines
-class _Guard:
-    """One request's deadline: when it passes, the watchdog shuts the connection's socket down."""
-
-    __slots__ = ("armed", "connection", "deadline", "expired")
-
-    def __init__(self, deadline: float, connection) -> None:
-        self.deadline, self.connection = deadline, connection
-        self.armed, self.expired = True, False
-
-    def __lt__(self, other: _Guard) -> bool:
-        return self.deadline < other.deadline
-
-
-class _Watchdog:
-    """One thread for the process, waking at the earliest armed deadline."""
-
-    def __init__(self) -> None:
-        self.heap: list[_Guard] = []
-        self.disarmed = 0  # guards in the heap no longer armed (dropped when they reach its top)
-        self.condition = threading.Condition()
-        self.thread: threading.Thread | None = None
-
-    def arm(self, deadline: float, connection) -> _Guard:
-        guard = _Guard(deadline, connection)
-        with self.condition:
-            heapq.heappush(self.heap, guard)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="nczmap-http-deadlines", daemon=True)
-                self.thread.start()
-            if self.heap[0] is guard:
-                self.condition.notify()
-        return guard
-
-    def disarm(self, guard: _Guard) -> bool:
-        """Disarm ``guard``; whether its deadline had passed (its connection is then unusable)."""
-        with self.condition:
-            if guard.armed and not guard.expired:
-                self.disarmed += 1
-                if self.disarmed > 1024 and self.disarmed > len(self.heap) // 2:  # one long request at the
-                    self.heap = [g for g in self.heap if g.armed and g is not guard]  # top: keep it small
-                    heapq.heapify(self.heap)
-                    self.disarmed = 0
-            guard.armed = False
-            guard.connection = None
-            return guard.expired
-
-    def _run(self) -> None:
-        with self.condition:
-            while True:
-                while self.heap and not self.heap[0].armed:
-                    heapq.heappop(self.heap)
-                    self.disarmed = max(0, self.disarmed - 1)
-                if not self.heap:
-                    self.condition.wait()
-                    continue
-                wait = self.heap[0].deadline - time.monotonic()
-                if wait > 0:
-                    self.condition.wait(wait)
-                    continue
-                guard = heapq.heappop(self.heap)
-                guard.expired = True
-                sock = getattr(guard.connection, "sock", None)
-                if sock is not None:
-                    with contextlib.suppress(OSError):
-                        sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
-
-
-_WATCHDOG = _Watchdog()
+    _HANDLES.close()
 
 
 def _after_fork() -> None:
-    """A forked child shares its parent's sockets: it must not use the parent's pooled connections (its
-    copies of their descriptors are closed: the parent's connections stay open), nor locks another thread
-    of the parent may have held."""
-    global _pools, _pools_lock, _WATCHDOG
-    inherited = list(_pools.values())
-    _pools, _pools_lock, _WATCHDOG = {}, threading.Lock(), _Watchdog()
-    for pool in inherited:
-        _close([connection for connection, _ in pool.idle])
+    """A forked child shares its parent's sockets: it must not use the parent's handles, nor close their
+    connections (closing a TLS connection would tell the server the parent's is over): they are kept
+    unused, and the child starts with its own."""
+    global _HANDLES
+    _INHERITED.append(_HANDLES)
+    _HANDLES = _Handles()
 
 
 if hasattr(os, "register_at_fork"):
@@ -806,7 +902,28 @@ def _printable(text: str, limit: int = 100) -> str:
     return clean if len(clean) <= limit else clean[:limit] + "..."
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return str(exc) or type(exc).__name__
+def _header_line(name: str, value: str) -> str:
+    """``name: value`` as libcurl sends it (``name;`` is its spelling of a header with an empty value)."""
+    return f"{name}: {value}" if value.strip() else f"{name};"
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, min(2**31 - 1, math.ceil(seconds * 1000)))
+
+
+# libcurl's failures that another attempt would not mend: the server's certificate, the URL, libcurl itself
+_FATAL_CODES = frozenset(
+    {
+        pycurl.E_UNSUPPORTED_PROTOCOL,
+        pycurl.E_URL_MALFORMAT,
+        pycurl.E_NOT_BUILT_IN,
+        pycurl.E_UNKNOWN_OPTION,
+        pycurl.E_SSL_PEER_CERTIFICATE,
+        pycurl.E_SSL_CERTPROBLEM,
+        pycurl.E_SSL_CACERT_BADFILE,
+        pycurl.E_SSL_ISSUER_ERROR,
+        pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
+        pycurl.E_SSL_INVALIDCERTSTATUS,
+        pycurl.E_OUT_OF_MEMORY,
+    }
+)
