@@ -37,7 +37,15 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from nczmap.errors import AccessDenied, DataError, DriverNotAvailable, FormatError, NCZError, StorageError
 from nczmap.integrations.virtualize.parsed import ParsedFile, ParseOptions
-from nczmap.integrations.virtualize.sources import LocalFile, RemoteFile, SourceFile, source_file
+from nczmap.integrations.virtualize.sources import (
+    HttpFile,
+    LocalFile,
+    NotHeld,
+    RemoteFile,
+    SourceFile,
+    source_file,
+    start_together,
+)
 from nczmap.progress import Progress
 from nczmap.zmap.byteranges import RequestPolicy
 
@@ -59,38 +67,122 @@ def parse_all(
     unreadable files and files of no known format are left out of the result and appended there."""
     parsers = dict(parsers)
     total = len(files)
-    first: ParsedFile | None = None
-    at = 0
+    width = CONCURRENCY if concurrency is None else concurrency
+    early = _Early(files, options, parsers, reading)
+    if executor is None and width > 1 and any(isinstance(f, HttpFile) for f in files):
+        early.run(width)
+    first, at = early.first, 1
     while first is None:
-        if at == total:
+        if at > total:
             names = ", ".join(file.shown for file, _ in (skipped or [])[-3:])
             raise FormatError(f"none of the {total} sources could be read (the last: {names})")
-        file = files[at]
-        at += 1
+        file = files[at - 1]
         try:
             first = _released(file, parse_one, file, options, parsers)
         except Exception as exc:
             _skip_or_raise(file, exc, skipped)
         if reading is not None:
             reading(at, total)
+        at += first is None
+    parsed = early.parsed
     try:
-        module = parsers[first.format]
-        twins = first.fingerprint is not None and hasattr(importlib.import_module(module), "parse_twin")
-        task = functools.partial(
-            _parse_like,
-            options=options,
-            parsers=parsers,
-            fingerprint=first.fingerprint if twins else None,
-            module=module,
-        )
-        others = _run(files[at:], task, executor, concurrency, reading, total, skipped)
+        task = early.task or _task_like(first, options, parsers)[0]
+        rest = [index for index in range(at, total) if index not in parsed]
+        found = iter(_run([files[i] for i in rest], task, executor, concurrency, reading, total, skipped))
+        others = [parsed[index] if index in parsed else next(found) for index in range(at, total)]
     except BaseException:
-        first.close()
+        for item in [first, *parsed.values()]:
+            item.close()
         raise
+    others = [other for other in others if other is not None]
     for other in others:
         if other.root is None:
             _bind_twin(other, first)
     return [first, *others]
+
+
+def _task_like(first: ParsedFile, options: ParseOptions, parsers: dict[str, str]) -> tuple:
+    """The parse of the other files (as twins of ``first`` where its parser makes them), and whether it
+    makes twins."""
+    module = parsers[first.format]
+    twins = first.fingerprint is not None and hasattr(importlib.import_module(module), "parse_twin")
+    task = functools.partial(
+        _parse_like,
+        options=options,
+        parsers=parsers,
+        fingerprint=first.fingerprint if twins else None,
+        module=module,
+    )
+    return task, twins
+
+
+class _Early:
+    """Web sources parsed as their first blocks come in, on this thread: the first reads are made together
+    (``start_together``), the first file is parsed as soon as its block is in (with requests if it needs
+    more), and the files its parser makes twins of are parsed from the bytes they hold as theirs arrive,
+    while the others' are on their way: no thread a file, no request more. A twin that needs bytes beyond
+    its first block (``NotHeld``) or whose parse fails is left to the usual paths, as is everything when the
+    first file fails or makes no twins (their first blocks are held by then)."""
+
+    def __init__(
+        self, files: list[SourceFile], options: ParseOptions, parsers: dict[str, str], reading
+    ) -> None:
+        self.files, self.options, self.parsers, self.reading = files, options, parsers, reading
+        self.first: ParsedFile | None = None
+        self.task = None  # the twins' parse, once the first makes twins
+        self.parsed: dict[int, ParsedFile] = {}
+        self.waiting: list[SourceFile] = []  # arrived before the first was parsed
+        self.stopped = False
+        self.position = {id(file): index for index, file in enumerate(files)}
+
+    def run(self, width: int) -> None:
+        try:
+            start_together(self.files, width, self.arrived)
+        except BaseException:
+            for item in [self.first, *self.parsed.values()]:
+                if item is not None:
+                    item.close()
+            raise
+
+    def arrived(self, file: SourceFile) -> None:
+        if self.stopped:
+            return
+        if self.position[id(file)] != 0:
+            if self.task is None:
+                self.waiting.append(file)
+            else:
+                self._twin(file)
+            return
+        try:
+            self.first = _released(file, parse_one, file, self.options, self.parsers)
+            task, twins = _task_like(self.first, self.options, self.parsers)
+        except Exception:  # parsed again, and reported, the usual way
+            self.stopped = True
+            return
+        self._report()
+        if not twins:
+            self.stopped = True
+            return
+        self.task = task
+        waiting, self.waiting = self.waiting, []
+        for other in waiting:
+            self._twin(other)
+
+    def _twin(self, file: SourceFile) -> None:
+        if not file.started:
+            return
+        try:
+            with file.held_only():
+                result = self.task(file)
+        except (NotHeld, Exception):
+            return
+        file.release()
+        self.parsed[self.position[id(file)]] = result
+        self._report()
+
+    def _report(self) -> None:
+        if self.reading is not None:
+            self.reading(len(self.parsed) + 1, len(self.files))
 
 
 def parse_one(file: SourceFile, options: ParseOptions, parsers: Mapping[str, str]) -> ParsedFile:
@@ -220,8 +312,8 @@ def _run(
     reading: Progress | None,
     total: int,
     skipped: list | None,
-) -> list[ParsedFile]:
-    """Every file's parse, in order (skipped ones left out); progress reported as parses end."""
+) -> list[ParsedFile | None]:
+    """Every file's parse, in order (None for a file skipped); progress reported as parses end."""
     if not files:
         return []
     width = CONCURRENCY if concurrency is None else concurrency
@@ -239,26 +331,29 @@ def _run(
     return _in_order(files, futures, reading, total, skipped)
 
 
-def _one_by_one(files, task, reading, total, skipped) -> list[ParsedFile]:
-    parsed: list[ParsedFile] = []
+def _one_by_one(files, task, reading, total, skipped) -> list[ParsedFile | None]:
+    parsed: list[ParsedFile | None] = []
     try:
         for done, file in enumerate(files, total - len(files) + 1):
             try:
                 parsed.append(_released(file, task, file))
             except Exception as exc:
                 _skip_or_raise(file, exc, skipped)
+                parsed.append(None)
             if reading is not None:
                 reading(done, total)
     except BaseException:
         for item in parsed:
-            item.close()
+            if item is not None:
+                item.close()
         raise
     return parsed
 
 
-def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) -> list[ParsedFile]:
-    """The parses run on ``pool``, gathered as they end (progress then); on a failure the parses not
-    started are cancelled, those running waited for, and the failure of the earliest file raised."""
+def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) -> list[ParsedFile | None]:
+    """The parses run on ``pool``, gathered as they end (progress then), in order (None for a file
+    skipped); on a failure the parses not started are cancelled, those running waited for, and the
+    failure of the earliest file raised."""
     futures: dict[Future, int] = {pool.submit(_released, f, task, f): i for i, f in enumerate(files)}
     results: list[ParsedFile | None] = [None] * len(files)
     failures: dict[int, BaseException] = {}
@@ -297,22 +392,23 @@ def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) ->
             if item is not None:
                 item.close()
         raise failures[min(failures)]
-    found = [item for item in results if item is not None]
     if skipped is not None:  # listed in the files' order, whatever order they failed in
         positions = {id(file): i for i, file in enumerate(files)}
         mine = [entry for entry in skipped if id(entry[0]) in positions]
         others = [entry for entry in skipped if id(entry[0]) not in positions]
         skipped[:] = others + sorted(mine, key=lambda entry: positions[id(entry[0])])
-    return found
+    return results
 
 
-def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile]:
-    """Each future's ParsedFile, in order; on the first failure the others are closed and it is raised."""
-    parsed: list[ParsedFile] = []
+def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile | None]:
+    """Each future's ParsedFile, in order (None for a file skipped); on the first failure the others are
+    closed and it is raised."""
+    parsed: list[ParsedFile | None] = []
     error: BaseException | None = None
     for done, (file, future) in enumerate(zip(files, futures, strict=True), total - len(files) + 1):
+        parsed.append(None)
         try:
-            parsed.append(future.result())
+            parsed[-1] = future.result()
         except Exception as exc:  # keep the others' results to close them
             try:
                 _skip_or_raise(file, _named(exc, file), skipped)
@@ -324,7 +420,8 @@ def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile]:
             reading(done, total)
     if error is not None:
         for item in parsed:
-            item.close()
+            if item is not None:
+                item.close()
         raise error
     return parsed
 

@@ -26,13 +26,14 @@ parsed is a StorageError naming it, "changed while it was being virtualized".
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import glob
 import os
 import posixpath
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import urlsplit
 
 from nczmap.errors import FormatError, NCZError, StorageError, URLError
@@ -266,6 +267,11 @@ def grants(allow: Sequence[str], files: list[SourceFile]) -> list[str | Containe
     return found
 
 
+class NotHeld(BaseException):
+    """A read of bytes a source does not hold, made where it may make no request
+    (:meth:`RemoteFile.held_only`). Not an Exception: no parser's handling of a damaged file takes it."""
+
+
 class RemoteFile(SourceFile):
     """A remote object: its first read fetches :data:`FIRST_BLOCK` bytes from its start and learns its
     size and validators; what is fetched is kept (:class:`_Extents`) and reads inside it make no request.
@@ -287,9 +293,21 @@ class RemoteFile(SourceFile):
         self.requests = 0  # GETs made (retries not counted)
         self.fetched = 0  # bytes they brought
         self._reader: RangeReader | None = None
+        self._offline = False  # reads may take only what is held (held_only)
+        self._refusal: NCZError | None = None  # why a first read made elsewhere cannot succeed
 
     def __getstate__(self) -> dict:
-        drop = ("_lock", "_held", "_first", "_reader", "started", "released", "requests", "fetched")
+        drop = (
+            "_lock",
+            "_held",
+            "_first",
+            "_reader",
+            "started",
+            "released",
+            "requests",
+            "fetched",
+            "_offline",
+        )
         return {key: value for key, value in self.__dict__.items() if key not in drop}
 
     def __setstate__(self, state: dict) -> None:
@@ -390,6 +408,8 @@ class RemoteFile(SourceFile):
     def take(self, ranges: Sequence[tuple[int, int]], ahead: int) -> list[bytes]:
         """Up to ``length`` bytes at each ``offset`` (fewer at the end): what is held, the rest fetched
         (spans closer than :data:`RANGES_GAP` merged, each at least ``ahead`` long, concurrently)."""
+        if self._offline and not self.started:
+            raise NotHeld
         if not self.started:  # with what the ranges near the start need, in the same request
             self._start(max((o + n for o, n in ranges if n > 0 and o <= FIRST_BLOCK), default=0))
         size = self._size
@@ -397,6 +417,8 @@ class RemoteFile(SourceFile):
         with self._lock:
             missing = [gap for start, end in clipped if start < end for gap in self._held.missing(start, end)]
         fetched: dict[int, bytes] = {}
+        if missing and self._offline:
+            raise NotHeld
         if missing:
             spans = byteranges.merge_ranges([(a, b - a) for a, b in missing], RANGES_GAP)
             wanted = [(span.start, min(size, max(span.end, span.start + ahead))) for span in spans]
@@ -430,20 +452,39 @@ class RemoteFile(SourceFile):
         with self._first:
             if self.started:
                 return
+            if self._refusal is not None:
+                raise self._refusal
             length = max(FIRST_BLOCK, needed)
             if self._size is not None:
                 length = min(length, self._size)
             data = self._fetch(0, length) if length or self._size is None else b""
-            with self._lock:
-                self._held.add(0, data)
-                self.started = True
+            self._begin_with(data)
+
+    @contextlib.contextmanager
+    def held_only(self) -> Iterator[None]:
+        """Within the block, a read of bytes the source does not hold raises :class:`NotHeld` instead of
+        making a request."""
+        self._offline = True
+        try:
+            yield
+        finally:
+            self._offline = False
+
+    def _begin_with(self, data: bytes) -> None:
+        """The first block is ``data`` (called holding ``_first``)."""
+        with self._lock:
+            self._held.add(0, data)
+            self.started = True
+
+    def _count(self, data: bytes) -> None:
+        with self._lock:
+            self.requests += 1
+            self.fetched += len(data)
 
     def _fetch(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` or up to the object's end, in one GET (counted); ``_size`` learnt."""
         data = self._get(start, end)
-        with self._lock:
-            self.requests += 1
-            self.fetched += len(data)
+        self._count(data)
         return data
 
     def _get(self, start: int, end: int) -> bytes:
@@ -621,11 +662,7 @@ class HttpFile(RemoteFile):
             end = min(end, self._size)
             if start >= end:
                 return b""
-        reader = self.http
-        with self._lock:
-            reader.size = self._size if reader.size is None else reader.size
-            reader.etag = self.etag if reader.etag is None else reader.etag
-            reader.modified = self.modified if reader.modified is None else reader.modified
+        reader = self._synced()
         try:
             data = reader.fetch(start, end - start)
         except SourceChanged as exc:
@@ -633,8 +670,48 @@ class HttpFile(RemoteFile):
         self.adopt({"size": reader.size, "etag": reader.etag, "modified": reader.modified})
         return data
 
+    def _synced(self):
+        """The reader, told what is known of the object (its answers must agree)."""
+        reader = self.http
+        with self._lock:
+            reader.size = self._size if reader.size is None else reader.size
+            reader.etag = self.etag if reader.etag is None else reader.etag
+            reader.modified = self.modified if reader.modified is None else reader.modified
+        return reader
+
     def grant(self) -> str:
         return self.url.rsplit("/", 1)[0] + "/"
+
+
+def start_together(
+    files: Sequence[SourceFile], in_flight: int, arrived: Callable[[SourceFile], None] | None = None
+) -> None:
+    """The first reads of the web sources among ``files`` not read yet, made together from this thread
+    (:func:`nczmap.zmap.http.fetch_each`, ``in_flight`` at once) rather than each by its own parse: the
+    same requests, with no thread waiting on each. ``arrived`` is called with each of those sources as
+    its answer is in (on this thread, while the others' are on their way). A first read that fails here is
+    left to the parse (which makes it again, retried, and names the failure)."""
+    from nczmap.zmap.http import SourceChanged, fetch_each
+
+    waiting = [f for f in files if isinstance(f, HttpFile) and not f.started and f._size != 0]
+    readers = [f._synced() for f in waiting]
+    lengths = [FIRST_BLOCK if f._size is None else min(FIRST_BLOCK, f._size) for f in waiting]
+
+    def answered(index: int, data: bytes | NCZError | None) -> None:
+        file, reader = waiting[index], readers[index]
+        if isinstance(data, NCZError):  # another request would fail the same way
+            file._refusal = file._changed(str(data)) if isinstance(data, SourceChanged) else data
+        elif data is not None:
+            file._count(data)
+            with contextlib.suppress(StorageError):  # (changed between two answers: the parse says so)
+                file.adopt({"size": reader.size, "etag": reader.etag, "modified": reader.modified})
+                with file._first:
+                    if not file.started:
+                        file._begin_with(data)
+        if arrived is not None:
+            arrived(file)
+
+    fetch_each([(r, 0, n) for r, n in zip(readers, lengths, strict=True)], in_flight, answered)
 
 
 class RangeReader(SeekableReader):
