@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -31,7 +32,7 @@ from test_virtualize import manifest_url
 
 import nczmap
 from nczmap.errors import AccessDenied, FormatError, StorageError
-from nczmap.integrations.virtualize import VirtualizeWarning, virtualize
+from nczmap.integrations.virtualize import VirtualizeWarning, parallel, sources, virtualize
 from nczmap.integrations.virtualize.sources import FIRST_BLOCK, HttpFile, ObjectFile, source_file
 from nczmap.url import parse_url
 from nczmap.zmap import http as http_reader
@@ -195,6 +196,83 @@ def test_http_sources_cost_no_head_and_one_get_when_their_metadata_fits(tmp_path
     for file in files:  # size and ETag from the first GET's Content-Range and ETag
         entry = recorded[web.url_of(file)]
         assert entry["size"] == file.stat().st_size and entry["etag"].startswith('"')
+
+
+def on_threads(monkeypatch) -> list[str]:
+    """The names of the files handed to the parse threads (``parallel._gathered``) from now on."""
+    handed: list[str] = []
+    gathered = parallel._gathered
+
+    def spy(files, *args):
+        handed.extend(file.name for file in files)
+        return gathered(files, *args)
+
+    monkeypatch.setattr(parallel, "_gathered", spy)
+    return handed
+
+
+def test_a_cog_series_is_parsed_as_its_first_blocks_come_in_on_one_thread(tmp_path, data, web, monkeypatch):
+    """The first reads go out together (many in flight, from this thread), and each twin is parsed here
+    as its block is in: no parse thread, one GET a file, the manifest of the local files."""
+    web.set_latency(0.02)
+    files = files_of(data, "cog")
+    web.reset()
+    handed = on_threads(monkeypatch)
+    progress: list[int] = []
+    virtualize(
+        urls_of(web, files),
+        tmp_path / "refs.json",
+        new_dim="time=%Y%m%d",
+        reading=lambda done, total: progress.append(done),
+    )
+    assert handed == []
+    assert progress == list(range(1, len(files) + 1))
+    assert all(counts == {"GET": 1} for counts in counts_by_file(web).values()), counts_by_file(web)
+    assert web.max_in_flight >= len(files) // 2, web.max_in_flight
+    virtualize([str(file) for file in files], tmp_path / "local.json", new_dim="time=%Y%m%d")
+    assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
+
+
+def test_twins_that_need_more_than_their_first_block_are_parsed_again_with_requests(
+    tmp_path, data, web, monkeypatch
+):
+    """A first block too small for a twin's tables: its parse from held bytes stops (NotHeld, which no
+    parser takes for a damaged file) and the twin is parsed on the threads, with the reads it needs."""
+    monkeypatch.setattr(sources, "FIRST_BLOCK", 256)
+    files = files_of(data, "cog")
+    handed = on_threads(monkeypatch)
+    progress: list[int] = []
+    virtualize(
+        urls_of(web, files),
+        tmp_path / "refs.json",
+        new_dim="time=%Y%m%d",
+        reading=lambda done, total: progress.append(done),
+    )
+    assert handed == urls_of(web, files[1:])
+    assert progress == list(range(1, len(files) + 1))
+    assert all(counts["GET"] >= 2 for counts in counts_by_file(web).values()), counts_by_file(web)
+    virtualize([str(file) for file in files], tmp_path / "local.json", new_dim="time=%Y%m%d")
+    assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
+
+
+def test_first_reads_made_together_report_each_outcome(data, web):
+    """``fetch_each``: the bytes, None for a failure that may pass (503: the caller's own read retries),
+    and the error itself where another request would fail the same way (404), one request each."""
+    files = files_of(data, "cog")
+    web.faults(error=1.0, path=re.escape(files[1].name))
+    readers = [http_reader.HttpReader(url) for url in urls_of(web, files)]
+    readers.append(http_reader.HttpReader(f"{web.url}/cog/none.tif"))
+    web.reset()
+    seen: list[int] = []
+    results = http_reader.fetch_each(
+        [(reader, 0, 1000) for reader in readers], 3, lambda index, result: seen.append(index)
+    )
+    assert sorted(seen) == list(range(len(readers)))
+    assert results[0] == files[0].read_bytes()[:1000] and readers[0].size == files[0].stat().st_size
+    assert results[1] is None
+    assert isinstance(results[-1], StorageError) and "none.tif" in str(results[-1])
+    assert len(web.log) == len(readers)
+    assert web.max_in_flight <= 3
 
 
 def test_a_source_is_made_without_a_request_and_sniffed_from_its_first_block(data, web):
