@@ -1,4 +1,4 @@
-"""Reading byte ranges of one HTTP(S) URL, on the standard library, without ever leaving that URL.
+"""Reading byte ranges of one HTTP(S) URL, through libcurl, without ever leaving that URL.
 
 The manifest driver reads ``http(s)://`` references through :class:`HttpReader`: one HEAD (size, ETag,
 whether ranges are accepted), then ``Range: bytes=a-b`` GETs, answered by 206 with the matching
@@ -7,7 +7,8 @@ ranges go out as one request and the others at the same time (:meth:`HttpReader.
 ``byteranges.merge_ranges``). Sources of :func:`nczmap.virtualize` make no HEAD: :meth:`HttpReader.fetch`
 learns the size, ETag and ``Last-Modified`` from the answer to the first ranged GET (its
 ``Content-Range`` total; a server ignoring ``Range`` has the needed part of its 200 read and the rest of
-the connection dropped, the size taken from ``Content-Length``).
+the connection dropped, the size taken from ``Content-Length``); :func:`fetch_each` makes many such first
+reads at once from one thread.
 
 Once an ETag (or, without one, a ``Last-Modified``) is known, every GET is conditional on it
 (``If-Match``, or ``If-Unmodified-Since``): an object replaced between two reads answers 412, and an

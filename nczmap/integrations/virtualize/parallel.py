@@ -8,8 +8,11 @@ The first file is parsed before the others start (they need its fingerprint).
 Where the parses run:
 
 - local files, no executor: one after another (there is no waiting to overlap);
-- remote files (or some), no executor: on ``concurrency`` threads (:data:`CONCURRENCY` by default: a
-  parse mostly waits on a request or two, so many in flight fit latency; connections are shared per host);
+- files on web servers, no executor: their first reads made together from this thread (``concurrency``
+  in flight, :data:`CONCURRENCY` by default), the first file and its twins parsed here as their first
+  blocks come in (:class:`_Early`); what remains (files that need more reads, or no twins) as below;
+- remote files (or some), no executor: on ``concurrency`` threads (a parse mostly waits on a request or
+  two, so many in flight fit latency; connections are shared);
 - a ``concurrent.futures.ThreadPoolExecutor``: on it, sharing this process's sources;
 - any other executor (``ProcessPoolExecutor``, a dask ``distributed.Client``, anything with
   ``submit(fn, *args)`` returning a future with ``result()``): each source is made again where the task
