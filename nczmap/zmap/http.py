@@ -211,7 +211,7 @@ class HttpReader:
         method, headers, parse, what, length = self._fetch_request(offset, length)
         with self._lock:
             self.requests += 1
-        lines = [_header_line(name, value) for name, value in {**self.headers, **headers}.items()]
+        lines = self._lines(headers)
         return self._prepare(curl, method, lines, parse, what, self.policy.deadline_for(length))
 
     def scatter(self, start: int, end: int, targets: Sequence[tuple[int, memoryview]]) -> None:
@@ -266,7 +266,7 @@ class HttpReader:
     def _exchange(self, method: str, headers: dict[str, str], parse: Parse[T], what: str, length: int) -> T:
         """One request, answered and parsed, retried when that may help (see the module's notes)."""
         policy = self.policy
-        lines = [_header_line(name, value) for name, value in {**self.headers, **headers}.items()]
+        lines = self._lines(headers)
         began, attempt = time.monotonic(), 0
         while True:
             limit = policy.deadline_for(length)
@@ -288,6 +288,10 @@ class HttpReader:
                 tried = f" ({attempt} attempts in {spent:.1f} s)" if attempt > 1 else ""
                 raise StorageError(f"{failure}{tried}") from failure.__cause__
             time.sleep(wait)
+
+    def _lines(self, headers: dict[str, str]) -> list[str]:
+        """The request's header lines: the grant's, then the reader's own."""
+        return [_header_line(name, value) for name, value in {**self.headers, **headers}.items()]
 
     def _late(self, what: str, limit: float) -> _Transient:
         return _Transient(f"cannot {what} {self.url}: no complete answer within its deadline of {limit:g} s")
@@ -335,6 +339,10 @@ class HttpReader:
         return transfer.begun().finish()
 
     def _begin(self, answer: _Transfer, what: str, parse: Parse[T]) -> _Receiver[T]:
+        try:
+            answer.read_headers()
+        except ValueError as exc:
+            raise _Transient(f"cannot {what} {self.url}: {exc}") from None
         self._check_status(answer, what)
         return parse(answer)
 
@@ -584,18 +592,21 @@ def fetch_each(
 
 # ------------------------------------------------------------------------------------------ transfers
 class _Transfer:
-    """One attempt as libcurl hands it over: the status line and headers (of the last block, after any
-    ``1xx``), then the body in pieces, given to the receiver ``begin`` makes of the answer when the first
-    piece comes (or after the transfer, when it has no body). A check failing in a callback is kept in
-    ``failure`` and ends the transfer; ``enough`` is set when the receiver needs nothing more."""
+    """One attempt as libcurl hands it over: the header lines (kept as they come, read when the answer
+    begins: the last block's, after any ``1xx``), then the body in pieces, given to the receiver ``begin``
+    makes of the answer when the first piece comes (or after the transfer, when it has no body). A check
+    failing in a callback is kept in ``failure`` and ends the transfer; ``enough`` is set when the
+    receiver needs nothing more."""
 
     __slots__ = (
         "began",
         "begin",
         "enough",
         "failure",
+        "header",
         "headers",
         "limit",
+        "lines",
         "reason",
         "receiver",
         "status",
@@ -605,6 +616,8 @@ class _Transfer:
     def __init__(self, begin: Callable[[_Transfer], _Receiver], what: str, limit: float) -> None:
         self.begin, self.what, self.limit = begin, what, limit
         self.began = time.monotonic()
+        self.lines: list[bytes] = []
+        self.header = self.lines.append  # libcurl's header callback: no Python code a line
         self.status, self.reason = 0, ""
         self.headers: dict[str, str] = {}
         self.receiver: _Receiver | None = None
@@ -615,29 +628,10 @@ class _Transfer:
         """The header's value (repeated headers joined by ``, ``), or None."""
         return self.headers.get(name.lower())
 
-    def header(self, line: bytes) -> int | None:
-        try:
-            if line.startswith(b"HTTP/"):
-                rest = line.decode("latin-1").strip().partition(" ")[2]
-                code, _, reason = rest.partition(" ")
-                if not (code.isascii() and code.isdigit() and len(code) == 3):
-                    raise StorageError(f"malformed status line {_printable(line.decode('latin-1'), 80)!r}")
-                self.status, self.reason, self.headers = int(code), reason.strip(), {}
-                return None
-            name, colon, value = line.partition(b":")
-            if colon:
-                key, text = name.decode("latin-1").strip().lower(), value.decode("latin-1").strip()
-                known = self.headers.get(key)
-                self.headers[key] = text if known is None else f"{known}, {text}"
-            return None
-        except NCZError as exc:
-            self.failure = exc
-        return 0  # ends the transfer
-
     def write(self, data: bytes) -> int | None:
         try:
             if self.receiver is None:
-                self.receiver = self.begin(self)
+                self.receiver = self._begin()
             if self.receiver.take(data):
                 return None
             self.enough = True
@@ -647,8 +641,31 @@ class _Transfer:
 
     def begun(self) -> _Receiver:
         if self.receiver is None:
-            self.receiver = self.begin(self)
+            self.receiver = self._begin()
         return self.receiver
+
+    def _begin(self) -> _Receiver:
+        return self.begin(self)
+
+    def read_headers(self) -> None:
+        """The status and headers of the last block of header lines (those of the final answer); a
+        ValueError if there is no valid status line."""
+        lines = self.lines
+        start = max((i for i, line in enumerate(lines) if line.startswith(b"HTTP/")), default=None)
+        if start is None:
+            raise ValueError("the answer has no status line")
+        status = lines[start].decode("latin-1").strip()
+        code, _, reason = status.partition(" ")[2].partition(" ")
+        if not (code.isascii() and code.isdigit() and len(code) == 3):
+            raise ValueError(f"malformed status line {_printable(status, 80)!r}")
+        self.status, self.reason = int(code), reason.strip()
+        headers = self.headers
+        for line in lines[start + 1 :]:
+            name, colon, value = line.partition(b":")
+            if colon:
+                key, text = name.decode("latin-1").strip().lower(), value.decode("latin-1").strip()
+                known = headers.get(key)
+                headers[key] = text if known is None else f"{known}, {text}"
 
 
 class _Receiver(Generic[T]):
@@ -758,7 +775,8 @@ class _Handles:
     def __init__(self) -> None:
         self.idle: list[tuple[pycurl.Curl, float]] = []  # oldest first
         self.lock = threading.Lock()
-        self.share = pycurl.CurlShare()  # names resolved and TLS sessions, for every handle
+        self.share = pycurl.CurlShare()  # connections, names resolved and TLS sessions, for every handle
+        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_CONNECT)
         self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
         self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
 

@@ -98,9 +98,7 @@ def parse_all(
             item.close()
         raise
     others = [other for other in others if other is not None]
-    for other in others:
-        if other.root is None:
-            _bind_twin(other, first)
+    _bind_twins([other for other in others if other.root is None], first)
     return [first, *others]
 
 
@@ -296,14 +294,20 @@ def _skip_or_raise(file: SourceFile, exc: Exception, skipped: list | None) -> No
     file.close()
 
 
-def _bind_twin(twin: ParsedFile, first: ParsedFile) -> None:
-    """A twin shares ``first``'s model; the storages its parser did not make (values computed from the
-    metadata, the same in both) are copies of ``first``'s, named for the twin."""
-    twin.like = first
-    for group in first.root.walk():
-        for variable in group.variables.values():
-            if variable.key not in twin.storages:
-                twin.storages[variable.key] = variable.storages[0].named(twin.source)
+def _bind_twins(twins: list[ParsedFile], first: ParsedFile) -> None:
+    """Twins share ``first``'s model; the storages their parser did not make (values computed from the
+    metadata, the same in all) are copies of ``first``'s, named for each twin."""
+    shared = [
+        (variable.key, variable.storages[0])
+        for group in first.root.walk()
+        for variable in group.variables.values()
+    ]
+    for twin in twins:
+        twin.like = first
+        storages = twin.storages
+        for key, storage in shared:
+            if key not in storages:
+                storages[key] = storage.named(twin.source)
 
 
 # ---------------------------------------------------------------------------------------- executors
