@@ -28,6 +28,7 @@ LAYERS = [
             "nczmap.concurrency",
             "nczmap.checksum",
             "nczmap.progress",
+            "nczmap.collector",
         ),
     ),
     ("url", ("nczmap.url",)),

@@ -13,12 +13,12 @@ writers; nczmap; netcdf-c 4.9.3 and later) is reinterpreted.
 from __future__ import annotations
 
 import functools
-import gc
 import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
 from nczmap._lazy import LazyModule
+from nczmap.collector import collector_paused
 from nczmap.concurrency import run_bounded
 from nczmap.errors import DatasetNotFound, EmptyError, FormatError, NCZError
 from nczmap.format.codecs import CodecChain, check_codecs
@@ -242,18 +242,9 @@ def read_dataset(zmap: ZMap, options: FormatOptions | None = None) -> Dataset:
     dataset.provenance = provenance if isinstance(provenance, str) else None
     pure = dialect is Dialect.PURE_ZARR or options.pure_zarr
     reader = _Reader(dataset, source, pure, options.xarray)
-    _without_gc(lambda: reader.group("/", dataset, zgroup, zattrs))
+    with collector_paused():  # thousands of small linked objects
+        reader.group("/", dataset, zgroup, zattrs)
     return dataset
-
-
-def _without_gc(build) -> None:
-    collecting = gc.isenabled()
-    gc.disable()  # thousands of small linked objects: the cyclic collector only slows the build down
-    try:
-        build()
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _read_v3(zmap: ZMap, options: FormatOptions, source: MetadataSource, root: dict) -> Dataset:
@@ -266,7 +257,8 @@ def _read_v3(zmap: ZMap, options: FormatOptions, source: MetadataSource, root: d
     v3_source = Source3(source, zarr3.consolidated_entries(root))
     dataset.consolidated = v3_source.consolidated is not None
     reader = _Reader3(dataset, v3_source)
-    _without_gc(lambda: reader.group("/", dataset, root))
+    with collector_paused():
+        reader.group("/", dataset, root)
     return dataset
 
 

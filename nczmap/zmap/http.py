@@ -77,6 +77,7 @@ READ_TIMEOUT = 15.0  # the longest wait for any progress (the deadline bounds th
 MAX_RETRIES = DEFAULT_POLICY.attempts - 1
 POOL_SIZE = 128  # idle handles kept (as many as sources parsed at once)
 CONNECTIONS_A_HANDLE = 2  # open connections a handle keeps (to as many hosts)
+IDLE_MULTIS = 2  # multi handles kept (fetch_each calls at once), each with up to POOL_SIZE connections
 IDLE_SECONDS = 20.0  # an idle connection older than this is closed, not reused
 SPANS_IN_FLIGHT = 16  # spans of one read_ranges call requested at once
 PIECE = 128 << 10  # bodies are received in pieces of at most this size
@@ -550,7 +551,7 @@ def fetch_each(
     results: list[bytes | NCZError | None] = [None] * len(requests)
     waiting = deque(enumerate(requests))
     running: dict[pycurl.Curl, tuple[int, HttpReader, _Transfer]] = {}
-    multi = pycurl.CurlMulti()
+    multi = _HANDLES.take_multi()
     try:
         while waiting or running:
             while waiting and len(running) < in_flight:
@@ -586,7 +587,7 @@ def fetch_each(
             curl.setopt(pycurl.HEADERFUNCTION, _ignore)
             curl.setopt(pycurl.WRITEFUNCTION, _ignore)
             _HANDLES.give(curl)
-        multi.close()
+        _HANDLES.give_multi(multi)
     return results
 
 
@@ -770,13 +771,16 @@ class _Handles:
     """Idle libcurl handles, shared by every reader and thread of the process: a request takes the one
     used last (its connections are the likeliest to be alive), else a new one. At most :data:`POOL_SIZE`
     are kept, each with at most :data:`CONNECTIONS_A_HANDLE` open connections, none idle longer than
-    :data:`IDLE_SECONDS` (a handle idle that long is closed with its connections)."""
+    :data:`IDLE_SECONDS` (a handle idle that long is closed with its connections). Multi handles
+    (:func:`fetch_each`) keep the connections their transfers opened: :data:`IDLE_MULTIS` are kept."""
 
     def __init__(self) -> None:
         self.idle: list[tuple[pycurl.Curl, float]] = []  # oldest first
+        self.multis: list[pycurl.CurlMulti] = []  # idle multi handles, with the connections they opened
         self.lock = threading.Lock()
-        self.share = pycurl.CurlShare()  # connections, names resolved and TLS sessions, for every handle
-        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_CONNECT)
+        # names resolved and TLS sessions, for every handle (not connections: libcurl's shared connection
+        # cache is not safe across threads, its known bug 11.11)
+        self.share = pycurl.CurlShare()
         self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
         self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
 
@@ -796,10 +800,29 @@ class _Handles:
                 stale.append(self.idle.pop(0)[0])
         _close(stale)
 
+    def take_multi(self) -> pycurl.CurlMulti:
+        """A multi handle (its connections, kept from its last use, go to whatever it performs next)."""
+        with self.lock:
+            if self.multis:
+                return self.multis.pop()
+        multi = pycurl.CurlMulti()
+        multi.setopt(pycurl.M_MAXCONNECTS, POOL_SIZE)
+        return multi
+
+    def give_multi(self, multi: pycurl.CurlMulti) -> None:
+        with self.lock:
+            if len(self.multis) < IDLE_MULTIS:
+                self.multis.append(multi)
+                return
+        multi.close()
+
     def close(self) -> None:
         with self.lock:
             idle, self.idle = self.idle, []
+            multis, self.multis = self.multis, []
         _close([curl for curl, _ in idle])
+        for multi in multis:
+            multi.close()
 
     def _expired(self, now: float) -> list[pycurl.Curl]:
         """Remove and return the handles idle too long (called holding ``lock``)."""

@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from nczmap.collector import collector_paused
 from nczmap.errors import FormatError, NCZError
 from nczmap.format import Group
 from nczmap.format.writer import check_name
@@ -187,27 +188,28 @@ def virtualize(
     files: list[SourceFile] = []
     parsed: list[ParsedFile] = []
     try:
-        files = source_files(sources, reads.policy)
-        if len(files) > 1 and concat is None and new_dim is None:
-            raise FormatError(
-                f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
-                "new_dim=/--new-dim)"
+        with collector_paused():  # parses and the plan make many objects, freed by reference counts
+            files = source_files(sources, reads.policy)
+            if len(files) > 1 and concat is None and new_dim is None:
+                raise FormatError(
+                    f"{len(files)} sources need a dimension to join them along (concat=/--concat, or "
+                    "new_dim=/--new-dim)"
+                )
+            files = _in_date_order(files, options)
+            url = manifest_url(destination, files)
+            parsed, unreadable = reads.parse(files, executor, reading)
+            files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
+            joined = plan(parsed, options)
+            granted = grants(allow, files)
+            result = VirtualizeResult(
+                url.location, refused=list(joined.refused), containers=as_containers(granted)
             )
-        files = _in_date_order(files, options)
-        url = manifest_url(destination, files)
-        parsed, unreadable = reads.parse(files, executor, reading)
-        files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
-        joined = plan(parsed, options)
-        granted = grants(allow, files)
-        result = VirtualizeResult(
-            url.location, refused=list(joined.refused), containers=as_containers(granted)
-        )
-        result.skipped, result.notes = _listed(unreadable) + joined.skipped, joined.notes
-        result.formats = [p.format for p in parsed]
-        kept = [f for f in files if f.name in joined.sources]
-        refused = [r.variable for r in joined.refused if r.attribute is None]
-        record = dataclasses.replace(given, refused=refused, digests=digests(joined)).to_json()
-        write(joined, url, granted, netcdf_version, progress, kept, result, bool(checksums), record)
+            result.skipped, result.notes = _listed(unreadable) + joined.skipped, joined.notes
+            result.formats = [p.format for p in parsed]
+            kept = [f for f in files if f.name in joined.sources]
+            refused = [r.variable for r in joined.refused if r.attribute is None]
+            record = dataclasses.replace(given, refused=refused, digests=digests(joined)).to_json()
+            write(joined, url, granted, netcdf_version, progress, kept, result, bool(checksums), record)
     finally:
         for item in parsed:
             item.close()

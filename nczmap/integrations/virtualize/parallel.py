@@ -98,7 +98,7 @@ def parse_all(
             item.close()
         raise
     others = [other for other in others if other is not None]
-    _bind_twins([other for other in others if other.root is None], first)
+    _bind_twins([other for other in others if other.root is None and other.like is None], first)
     return [first, *others]
 
 
@@ -178,6 +178,8 @@ class _Early:
         except (NotHeld, Exception):
             return
         file.release()
+        if result.root is None:
+            _bind_twins([result], self.first)
         self.parsed[self.position[id(file)]] = result
         self._report()
 
