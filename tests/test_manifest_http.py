@@ -7,6 +7,9 @@ import contextlib
 import hashlib
 import http.server
 import json
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -203,6 +206,57 @@ def test_container_headers_go_with_every_request(server, tmp_path):
     grant = _grant(server, headers={"Authorization": "Bearer letmein"})
     with nczmap.open_dataset(url, containers=grant) as ds:
         assert np.array_equal(ds.variables["v"][...], VALUES)
+
+
+def test_proxy_variables_are_not_used(server, tmp_path, monkeypatch):
+    """A proxy named in the environment never sees a request: references are fetched directly."""
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen(8)
+        proxy.setblocking(False)
+        address = f"http://127.0.0.1:{proxy.getsockname()[1]}"
+        monkeypatch.delenv("NO_PROXY")
+        for name in PROXY_VARIABLES:
+            monkeypatch.setenv(name, address)
+        url = _manifest(tmp_path, _array_refs(f"{server.root}/data/data.bin"))
+        with nczmap.open_dataset(url, containers=_grant(server)) as ds:
+            assert np.array_equal(ds.variables["v"][...], VALUES)
+        with pytest.raises(BlockingIOError):
+            proxy.accept()
+    assert server.requests
+
+
+def test_a_header_with_an_empty_value_is_sent_empty(server, tmp_path):
+    url = _manifest(tmp_path, _array_refs(f"{server.root}/data/data.bin"))
+    with nczmap.open_dataset(url, containers=_grant(server, headers={"X-Empty": "", "X-Two": "a b"})) as ds:
+        assert np.array_equal(ds.variables["v"][...], VALUES)
+    for *_, headers in server.requests:
+        assert headers["X-Empty"] == "" and headers["X-Two"] == "a b", headers
+
+
+def test_a_forked_child_reads_on_connections_of_its_own(server, tmp_path):
+    """The parent's pooled connections are not used by a forked child (nor closed by it): both go on
+    reading."""
+    url = _manifest(tmp_path, _array_refs(f"{server.root}/data/data.bin"))
+    script = f"""
+import os, sys
+import numpy as np
+import nczmap
+def read():
+    with nczmap.open_dataset({url!r}, containers=[{server.root + "/data/"!r}]) as ds:
+        return ds.variables["v"][...].sum()
+total = read()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if read() == total else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert read() == total
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    assert len(server.requests) >= 3
 
 
 # ---------------------------------------------------------------------------------------------- refusals
