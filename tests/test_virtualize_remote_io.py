@@ -255,6 +255,29 @@ def test_twins_that_need_more_than_their_first_block_are_parsed_again_with_reque
     assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
 
 
+def test_first_reads_made_together_are_bounded_when_the_first_file_makes_no_twins(
+    tmp_path, data, web, monkeypatch
+):
+    """netCDF-4 files have no twins: their first reads go out together only up to ``AHEAD`` files, the
+    rest are left to the parses on the threads (a catalogue's first blocks are not all held beforehand)."""
+    monkeypatch.setattr(parallel, "AHEAD", 3)
+    web.set_latency(0.02)
+    files = files_of(data, "nc4", 6)
+    handed: list[bool] = []
+    gathered = parallel._gathered
+
+    def spy(sources, *args):
+        handed.extend(source.started for source in sources)
+        return gathered(sources, *args)
+
+    monkeypatch.setattr(parallel, "_gathered", spy)
+    virtualize(urls_of(web, files), tmp_path / "refs.json", concat="time", concurrency=2)
+    assert len(handed) == len(files) - 1 and handed[:2] == [True, True] and not all(handed), handed
+    assert all(1 <= counts["GET"] <= 3 for counts in counts_by_file(web).values()), counts_by_file(web)
+    virtualize([str(file) for file in files], tmp_path / "local.json", concat="time")
+    assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
+
+
 def test_first_reads_made_together_report_each_outcome(data, web):
     """``fetch_each``: the bytes, None for a failure that may pass (503: the caller's own read retries),
     and the error itself where another request would fail the same way (404), one request each."""

@@ -540,14 +540,15 @@ class HttpReader:
 def fetch_each(
     requests: Sequence[tuple[HttpReader, int, int]],
     in_flight: int,
-    answered: Callable[[int, bytes | NCZError | None], None] | None = None,
+    answered: Callable[[int, bytes | NCZError | None], bool | None] | None = None,
 ) -> list[bytes | NCZError | None]:
     """For each ``(reader, offset, length)``, what ``reader.fetch(offset, length)`` returns, the requests
     made from this thread by libcurl's multi interface, at most ``in_flight`` at once (no thread a
     request). One attempt each: the error it raises where another attempt would not help, None where it
     failed in a way that may pass (the caller reads that range again through :meth:`HttpReader.fetch`,
     which retries and names the failure). ``answered(index, result)`` is called as each ends, while the
-    others go on."""
+    others go on; when it returns False, no request is started after those under way (the others' results
+    stay None)."""
     results: list[bytes | NCZError | None] = [None] * len(requests)
     waiting = deque(enumerate(requests))
     running: dict[pycurl.Curl, tuple[int, HttpReader, _Transfer]] = {}
@@ -575,8 +576,8 @@ def fetch_each(
                     except NCZError as exc:
                         results[index] = exc
                     _HANDLES.give(curl)
-                    if answered is not None:
-                        answered(index, results[index])
+                    if answered is not None and answered(index, results[index]) is False:
+                        waiting.clear()  # the caller needs no more: no new request
                 if not queued:
                     break
             if running:

@@ -53,6 +53,7 @@ from nczmap.progress import Progress
 from nczmap.zmap.byteranges import RequestPolicy
 
 CONCURRENCY = 128  # remote sources parsed at once by default
+AHEAD = 1024  # first blocks fetched together ahead of parses on threads (64 MiB): the rest left to those
 
 
 def parse_all(
@@ -123,7 +124,9 @@ class _Early:
     more), and the files its parser makes twins of are parsed from the bytes they hold as theirs arrive,
     while the others' are on their way: no thread a file, no request more. A twin that needs bytes beyond
     its first block (``NotHeld``) or whose parse fails is left to the usual paths, as is everything when the
-    first file fails or makes no twins (their first blocks are held by then)."""
+    first file fails (then no more first reads are made together) or makes no twins (then the first reads go
+    on together up to :data:`AHEAD` files, their parses made on threads with the blocks held; the rest make
+    their own, so that a catalogue's first blocks are not all held at once)."""
 
     def __init__(
         self, files: list[SourceFile], options: ParseOptions, parsers: dict[str, str], reading
@@ -133,7 +136,8 @@ class _Early:
         self.task = None  # the twins' parse, once the first makes twins
         self.parsed: dict[int, ParsedFile] = {}
         self.waiting: list[SourceFile] = []  # arrived before the first was parsed
-        self.stopped = False
+        self.arrivals = 0
+        self.failed = False  # the first file's parse failed here
         self.position = {id(file): index for index, file in enumerate(files)}
 
     def run(self, width: int) -> None:
@@ -145,29 +149,31 @@ class _Early:
                     item.close()
             raise
 
-    def arrived(self, file: SourceFile) -> None:
-        if self.stopped:
-            return
+    def arrived(self, file: SourceFile) -> bool:
+        """Parse what can be parsed now; False when no more first reads should be made together (the first
+        file failed, or makes no twins and :data:`AHEAD` first blocks wait for their parses)."""
+        self.arrivals += 1
+        if self.failed:
+            return False
         if self.position[id(file)] != 0:
-            if self.task is None:
-                self.waiting.append(file)
-            else:
+            if self.task is not None:
                 self._twin(file)
-            return
+            elif self.first is None:
+                self.waiting.append(file)
+            return self.task is not None or self.arrivals < AHEAD
         try:
             self.first = _released(file, parse_one, file, self.options, self.parsers)
             task, twins = _task_like(self.first, self.options, self.parsers)
         except Exception:  # parsed again, and reported, the usual way
-            self.stopped = True
-            return
+            self.failed = True
+            return False
         self._report()
-        if not twins:
-            self.stopped = True
-            return
-        self.task = task
         waiting, self.waiting = self.waiting, []
-        for other in waiting:
-            self._twin(other)
+        if twins:
+            self.task = task
+            for other in waiting:
+                self._twin(other)
+        return self.task is not None or self.arrivals < AHEAD
 
     def _twin(self, file: SourceFile) -> None:
         if not file.started:

@@ -684,20 +684,21 @@ class HttpFile(RemoteFile):
 
 
 def start_together(
-    files: Sequence[SourceFile], in_flight: int, arrived: Callable[[SourceFile], None] | None = None
+    files: Sequence[SourceFile], in_flight: int, arrived: Callable[[SourceFile], bool | None] | None = None
 ) -> None:
     """The first reads of the web sources among ``files`` not read yet, made together from this thread
     (:func:`nczmap.zmap.http.fetch_each`, ``in_flight`` at once) rather than each by its own parse: the
     same requests, with no thread waiting on each. ``arrived`` is called with each of those sources as
-    its answer is in (on this thread, while the others' are on their way). A first read that fails here is
-    left to the parse (which makes it again, retried, and names the failure)."""
+    its answer is in (on this thread, while the others' are on their way); when it returns False, the first
+    reads not started yet are left to the parses. A first read that fails here is left to the parse
+    (which makes it again, retried, and names the failure)."""
     from nczmap.zmap.http import SourceChanged, fetch_each
 
     waiting = [f for f in files if isinstance(f, HttpFile) and not f.started and f._size != 0]
     readers = [f._synced() for f in waiting]
     lengths = [FIRST_BLOCK if f._size is None else min(FIRST_BLOCK, f._size) for f in waiting]
 
-    def answered(index: int, data: bytes | NCZError | None) -> None:
+    def answered(index: int, data: bytes | NCZError | None) -> bool | None:
         file, reader = waiting[index], readers[index]
         if isinstance(data, NCZError):  # another request would fail the same way
             file._refusal = file._changed(str(data)) if isinstance(data, SourceChanged) else data
@@ -708,8 +709,7 @@ def start_together(
                 with file._first:
                     if not file.started:
                         file._begin_with(data)
-        if arrived is not None:
-            arrived(file)
+        return None if arrived is None else arrived(file)
 
     fetch_each([(r, 0, n) for r, n in zip(readers, lengths, strict=True)], in_flight, answered)
 
