@@ -198,22 +198,27 @@ def test_http_sources_cost_no_head_and_one_get_when_their_metadata_fits(tmp_path
         assert entry["size"] == file.stat().st_size and entry["etag"].startswith('"')
 
 
-def on_threads(monkeypatch) -> list[str]:
-    """The names of the files handed to the parse threads (``parallel._gathered``) from now on."""
-    handed: list[str] = []
+def on_threads(monkeypatch, seen=lambda file: file.name) -> list:
+    """``seen(file)`` of each file handed to the parse threads (``parallel._gathered``) from now on."""
+    handed: list = []
     gathered = parallel._gathered
 
     def spy(files, *args):
-        handed.extend(file.name for file in files)
+        handed.extend(seen(file) for file in files)
         return gathered(files, *args)
 
     monkeypatch.setattr(parallel, "_gathered", spy)
     return handed
 
 
-def test_a_cog_series_is_parsed_as_its_first_blocks_come_in_on_one_thread(tmp_path, data, web, monkeypatch):
+@pytest.mark.parametrize("first_block", [None, 256])
+def test_a_cog_series_is_parsed_as_its_first_blocks_come_in(tmp_path, data, web, monkeypatch, first_block):
     """The first reads go out together (many in flight, from this thread), and each twin is parsed here
-    as its block is in: no parse thread, one GET a file, the manifest of the local files."""
+    as its block is in: no parse thread, one GET a file. A first block too small for a twin's tables: its
+    parse from held bytes stops (NotHeld, which no parser takes for a damaged file) and the twin is parsed
+    on the threads, with the reads it needs. Either way, the manifest of the local files."""
+    if first_block is not None:
+        monkeypatch.setattr(sources, "FIRST_BLOCK", first_block)
     web.set_latency(0.02)
     files = files_of(data, "cog")
     web.reset()
@@ -225,32 +230,15 @@ def test_a_cog_series_is_parsed_as_its_first_blocks_come_in_on_one_thread(tmp_pa
         new_dim="time=%Y%m%d",
         reading=lambda done, total: progress.append(done),
     )
-    assert handed == []
     assert progress == list(range(1, len(files) + 1))
-    assert all(counts == {"GET": 1} for counts in counts_by_file(web).values()), counts_by_file(web)
-    assert web.max_in_flight >= len(files) // 2, web.max_in_flight
-    virtualize([str(file) for file in files], tmp_path / "local.json", new_dim="time=%Y%m%d")
-    assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
-
-
-def test_twins_that_need_more_than_their_first_block_are_parsed_again_with_requests(
-    tmp_path, data, web, monkeypatch
-):
-    """A first block too small for a twin's tables: its parse from held bytes stops (NotHeld, which no
-    parser takes for a damaged file) and the twin is parsed on the threads, with the reads it needs."""
-    monkeypatch.setattr(sources, "FIRST_BLOCK", 256)
-    files = files_of(data, "cog")
-    handed = on_threads(monkeypatch)
-    progress: list[int] = []
-    virtualize(
-        urls_of(web, files),
-        tmp_path / "refs.json",
-        new_dim="time=%Y%m%d",
-        reading=lambda done, total: progress.append(done),
-    )
-    assert handed == urls_of(web, files[1:])
-    assert progress == list(range(1, len(files) + 1))
-    assert all(counts["GET"] >= 2 for counts in counts_by_file(web).values()), counts_by_file(web)
+    counts = counts_by_file(web)
+    if first_block is None:
+        assert handed == []
+        assert all(count == {"GET": 1} for count in counts.values()), counts
+        assert web.max_in_flight >= len(files) // 2, web.max_in_flight
+    else:
+        assert handed == urls_of(web, files[1:])
+        assert all(count["GET"] >= 2 for count in counts.values()), counts
     virtualize([str(file) for file in files], tmp_path / "local.json", new_dim="time=%Y%m%d")
     assert refs_of(tmp_path / "refs.json") == refs_of(tmp_path / "local.json")
 
@@ -263,14 +251,7 @@ def test_first_reads_made_together_are_bounded_when_the_first_file_makes_no_twin
     monkeypatch.setattr(parallel, "AHEAD", 3)
     web.set_latency(0.02)
     files = files_of(data, "nc4", 6)
-    handed: list[bool] = []
-    gathered = parallel._gathered
-
-    def spy(sources, *args):
-        handed.extend(source.started for source in sources)
-        return gathered(sources, *args)
-
-    monkeypatch.setattr(parallel, "_gathered", spy)
+    handed = on_threads(monkeypatch, lambda file: file.started)
     virtualize(urls_of(web, files), tmp_path / "refs.json", concat="time", concurrency=2)
     assert len(handed) == len(files) - 1 and handed[:2] == [True, True] and not all(handed), handed
     assert all(1 <= counts["GET"] <= 3 for counts in counts_by_file(web).values()), counts_by_file(web)
