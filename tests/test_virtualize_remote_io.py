@@ -31,7 +31,7 @@ from test_manifest_http import serving as plain_serving
 from test_virtualize import manifest_url
 
 import nczmap
-from nczmap.errors import AccessDenied, FormatError, StorageError
+from nczmap.errors import AccessDenied, FormatError, NCZError, StorageError
 from nczmap.integrations.virtualize import VirtualizeWarning, parallel, sources, virtualize
 from nczmap.integrations.virtualize.sources import FIRST_BLOCK, HttpFile, ObjectFile, source_file
 from nczmap.url import parse_url
@@ -433,6 +433,46 @@ def test_a_server_ignoring_range_is_read_only_as_far_as_needed(tmp_path, data, w
 
 
 # ----------------------------------------------------------------------------------------- deadlines
+@pytest.mark.parametrize("fault", ["wrong_range", "changing_etag", "huge_length", "cut_always"])
+def test_a_misbehaving_server_gives_the_right_manifest_or_an_error_naming_the_source(
+    tmp_path, data, web, monkeypatch, fault
+):
+    """Answers that are not the bytes asked for (another range, another ETag each time, a 2**62
+    Content-Length, every body cut short), to the first reads made together and to the parses' own reads,
+    and then to reads through the manifest: the fault-free manifest and values, or an nczmap error naming a
+    source, in bounded time; never other bytes."""
+    monkeypatch.setattr(http_reader, "DEFAULT_POLICY", RequestPolicy(attempts=3, budget=5))
+    cases = [("cog", files_of(data, "cog", 4)), ("nc4", files_of(data, "nc4", 3))]
+    faults = {"cut": 1.0, "keep": 0.5} if fault == "cut_always" else {fault: True}
+    for kind, files in cases:
+        urls = urls_of(web, files)
+        web.faults()
+        clean = tmp_path / f"{kind}-clean.json"
+        virtualize(urls, clean, **JOINS[kind])
+        web.faults(**faults)
+        began = time.monotonic()
+        try:
+            virtualize(urls, tmp_path / f"{kind}.json", retry_budget=5, **JOINS[kind])
+        except NCZError as exc:
+            assert any(url in str(exc) for url in urls), str(exc)
+            assert not (tmp_path / f"{kind}.json").exists()
+        else:  # (each answer's ETag is recorded: with changing ones, the references alone are the same)
+            made = tmp_path / f"{kind}.json"
+            assert refs_of(made) == refs_of(clean), (kind, fault)
+            assert fault == "changing_etag" or made.read_text() == clean.read_text(), (kind, fault)
+        assert time.monotonic() - began < 60
+        with nczmap.open_dataset(manifest_url(clean), containers=[f"{web.url}/{kind}/"]) as ds:
+            name = "band_data" if kind == "cog" else "sst"
+            try:
+                values = ds.variables[name][0]
+            except NCZError as exc:
+                assert any(url in str(exc) for url in urls), str(exc)
+            else:
+                web.faults()
+                with nczmap.open_dataset(manifest_url(clean), containers=[f"{web.url}/{kind}/"]) as again:
+                    assert np.array_equal(values, again.variables[name][0], equal_nan=True)
+
+
 def test_a_trickling_server_ends_in_an_error_within_the_deadline(tmp_path, data, web, monkeypatch):
     """One byte every two seconds: each request ends at its deadline (here 1 s + 1 s a MB), retries end
     with the budget, and the error names the source; the same for reads through a manifest."""
