@@ -4,6 +4,7 @@ ever contacted): granted prefixes only, every spelling canonical, few requests, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import http.server
 import json
@@ -21,6 +22,7 @@ from kerchunk_refs import array_refs
 import nczmap
 from nczmap import AccessDenied, StorageError
 from nczmap.manifest.containers import Container, authorize, normalize
+from nczmap.zmap import http as http_reader
 
 CHUNKS, CHUNK_BYTES = 256, 4 << 10
 VALUES = np.arange(CHUNKS * CHUNK_BYTES // 8, dtype="<f8")
@@ -232,6 +234,81 @@ def test_a_header_with_an_empty_value_is_sent_empty(server, tmp_path):
         assert np.array_equal(ds.variables["v"][...], VALUES)
     for *_, headers in server.requests:
         assert headers["X-Empty"] == "" and headers["X-Two"] == "a b", headers
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    """A file served over HTTPS by 127.0.0.1 with a self-signed certificate (its PEM path, the URL)."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    address = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(address, critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    pem = tmp_path / "cert.pem"
+    pem.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    private = tmp_path / "key.pem"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "data.bin").write_bytes(VALUES.tobytes())
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "www"))
+    handler.log_message = lambda *args: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pem, private)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield pem, f"https://127.0.0.1:{httpd.server_address[1]}/data.bin"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_https_servers_are_verified_with_the_systems_authorities(tls_server, monkeypatch):
+    """A certificate no authority signed is a StorageError naming the URL, not retried; the same server
+    is read once its certificate is among the authorities Python's ssl finds (SSL_CERT_FILE)."""
+    pem, url = tls_server
+    http_reader.close_connections()
+    http_reader._authorities.cache_clear()
+    began = time.monotonic()
+    with pytest.raises(StorageError, match="certificate") as info:
+        http_reader.HttpReader(url).read(0, 10)
+    assert url in str(info.value) and "attempts" not in str(info.value)
+    assert time.monotonic() - began < 5
+    monkeypatch.setenv("SSL_CERT_FILE", str(pem))
+    http_reader.close_connections()
+    http_reader._authorities.cache_clear()
+    try:
+        assert http_reader.HttpReader(url).fetch(8, 16) == VALUES.tobytes()[8:24]  # (a server without ranges)
+    finally:
+        monkeypatch.delenv("SSL_CERT_FILE")
+        http_reader.close_connections()
+        http_reader._authorities.cache_clear()
 
 
 def test_a_forked_child_reads_on_connections_of_its_own(server, tmp_path):

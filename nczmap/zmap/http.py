@@ -36,10 +36,11 @@ the policy's budget; other 4xx answers are not retried. Bodies are read into a b
 length: a ``Content-Length`` other than that is refused before any of the body is taken, and a body
 without one that runs past it is an error at the first byte too many.
 
-Requests go through libcurl (``pycurl``): the status line and headers are parsed and the body is
-received in compiled code, with the interpreter's lock released, which is what lets a few hundred
-sources be read at once at the speed of the network. Only HTTP and HTTPS are allowed, redirects are not
-followed, the path is sent exactly as spelled, and no content coding is asked for or decoded. Handles
+Requests go through libcurl (``pycurl``): requests are sent and answers received in compiled code, with
+the interpreter's lock released (an answer's header lines are read once, when its body begins), which
+is what lets a few hundred sources be read at once at the speed of the network. Only HTTP and HTTPS are
+allowed, redirects are not followed, the path is sent exactly as spelled, and no content coding is asked
+for or decoded. Handles
 (and their connections) are kept in one pool for the process, shared by every reader and thread: an
 idle handle is taken by the next request; at most :data:`POOL_SIZE` are kept, each with at most
 :data:`CONNECTIONS_A_HANDLE` connections, none idle longer than :data:`IDLE_SECONDS`; libcurl replaces a
