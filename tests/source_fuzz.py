@@ -206,12 +206,10 @@ def _zarr_seed(path: Path) -> Path:
 
 def _zipped(folder: Path, path: Path) -> Path:
     import shutil
-    import zipfile
 
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for member in sorted(folder.rglob("*")):
-            if member.is_file():
-                archive.write(member, member.relative_to(folder).as_posix())
+    from store_zip import zip_store
+
+    zip_store(folder, path)
     shutil.rmtree(folder)
     return path
 

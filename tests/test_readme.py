@@ -46,6 +46,7 @@ import grib_samples  # noqa: E402
 import readme_snippets  # noqa: E402
 from readme_snippets import HOOK, Snippet, instrument, localize  # noqa: E402
 from s3server import BUCKET  # noqa: E402
+from store_zip import zip_store  # noqa: E402
 
 import nczmap  # noqa: E402
 
@@ -181,10 +182,7 @@ class Sandbox:
         folder = path.with_suffix(".file")
         folder.parent.mkdir(parents=True, exist_ok=True)
         values = write_sst(f"{folder.as_uri()}#mode=nczarr,file", day)
-        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-            for member in sorted(folder.rglob("*")):
-                if member.is_file():
-                    archive.write(member, member.relative_to(folder).as_posix())
+        zip_store(folder, path)
         shutil.rmtree(folder)
         return values
 

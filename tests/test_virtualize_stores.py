@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import xarray as xr
 import zarr
+from store_zip import zip_store
 from test_virtualize import manifest_url
 
 import nczmap
@@ -263,18 +264,10 @@ def test_a_store_rewritten_after_it_was_virtualized_is_refused_by_reads(tmp_path
 
 
 # -------------------------------------------------------------------------------------------- zip stores
-def zipped(directory: Path, target: Path, compression: int = zipfile.ZIP_STORED) -> Path:
-    with zipfile.ZipFile(target, "w", compression) as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                archive.write(path, path.relative_to(directory).as_posix())
-    return target
-
-
 def test_a_zip_store_is_referred_to_inside_the_archive(tmp_path):
     directory = tmp_path / "day.file"
     expected = write_nczarr(f"file://{directory}#mode=nczarr,file", 0)
-    archive = zipped(directory, tmp_path / "day.zip")
+    archive = zip_store(directory, tmp_path / "day.zip")
     refs = tmp_path / "refs.json"
     result = virtualize([f"file://{archive}#mode=nczarr,zip"], refs)
     references = [
@@ -291,7 +284,7 @@ def test_a_zip_store_is_referred_to_inside_the_archive(tmp_path):
 def test_a_compressed_zip_member_is_loaded_never_referred_to(tmp_path):
     directory = tmp_path / "day.file"
     expected = write_nczarr(f"file://{directory}#mode=nczarr,file", 0)
-    archive = zipped(directory, tmp_path / "day.zip", zipfile.ZIP_DEFLATED)
+    archive = zip_store(directory, tmp_path / "day.zip", zipfile.ZIP_DEFLATED)
     refs = tmp_path / "refs.json"
     result = virtualize([str(archive)], refs)
     assert "/v" in result.loaded
