@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import xarray as xr
 from latency_server import serving
 from test_manifest_http import PROXY_VARIABLES
 from test_manifest_http import serving as plain_serving
@@ -433,6 +434,42 @@ def test_a_server_ignoring_range_is_read_only_as_far_as_needed(tmp_path, data, w
 
 
 # ----------------------------------------------------------------------------------------- deadlines
+def test_cogs_packed_differently_a_day_decode_as_rasterio_reads_them(tmp_path, monkeypatch):
+    """Per-file scale, offset and nodata: no file is a twin of the first, each is parsed in full from the
+    bytes its first read brought (on the thread that made the first reads), and the joined manifest (the
+    values decoded into it), read through the engine, equals rasterio's reading of each file, masked and
+    unpacked."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    packing = [(1.0, 0.0, -32768), (0.01, 273.15, -32768), (1.0, 0.0, -9999), (0.02, -5.0, -32768)]
+    folder = tmp_path / "cog"
+    folder.mkdir()
+    for day, (scale, offset, nodata) in enumerate(packing, 1):
+        values = np.random.default_rng(day).integers(-1000, 1000, (1, 256, 256), dtype=np.int16)
+        values[0, :10, :10] = nodata
+        profile = {**COG, "width": 256, "height": 256, "nodata": nodata}
+        with rasterio.open(folder / f"sst_202103{day:02d}.tif", "w", **profile) as dataset:
+            dataset.write(values)
+            dataset.scales, dataset.offsets = [scale], [offset]
+    files = sorted(folder.glob("*.tif"))
+    handed = on_threads(monkeypatch)
+    with serving(tmp_path, latency=0.005) as server:
+        virtualize(urls_of(server, files), tmp_path / "refs.json", new_dim="time=%Y%m%d")
+        assert handed == []
+        with xr.open_dataset(
+            manifest_url(tmp_path / "refs.json"),
+            engine="nczmap",
+            map_options={"containers": [f"{server.url}/cog/"]},
+        ) as ds:
+            for step, file in enumerate(files):
+                with rasterio.open(file) as source:
+                    raw = source.read(1).astype("f8")
+                    expected = np.where(
+                        raw == source.nodata, np.nan, raw * source.scales[0] + source.offsets[0]
+                    )
+                assert np.allclose(ds.band_data[step].values, expected, equal_nan=True, rtol=1e-6), file.name
+
+
 @pytest.mark.parametrize("fault", ["wrong_range", "changing_etag", "huge_length", "cut_always"])
 def test_a_misbehaving_server_gives_the_right_manifest_or_an_error_naming_the_source(
     tmp_path, data, web, monkeypatch, fault
