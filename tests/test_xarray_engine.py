@@ -286,8 +286,9 @@ def test_unlimited_dimensions_the_data_was_read_with_are_kept_where_they_can_be(
 
 
 NUMERIC = ["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f4", "f8"]
-# netcdf-c reads NCZarr attributes as C strings: NULs are dropped or refused (see test_xarray_parity.py)
-NO_NUL = st.characters(exclude_characters="\x00")
+# netcdf-c reads NCZarr attributes as C strings: NULs are dropped or refused (see test_xarray_parity.py);
+# text is UTF-8, which holds no lone surrogate (refused by name: test_lone_surrogates_are_refused_by_name)
+NO_NUL = st.characters(codec="utf-8", exclude_characters="\x00")
 
 
 @st.composite
@@ -341,6 +342,17 @@ def test_attribute_values_netcdf_cannot_hold_are_named(dataset, tmp_path):
         dataset.attrs["bad"] = value
         with pytest.raises(EncodingError, match=rf"attribute 'bad': .*{message}"):
             nczmap.to_nczarr(dataset, url)
+
+
+@pytest.mark.parametrize("value", ["a\ud800", ["ok", "\udfff"], np.array(["x\ud801"])])
+def test_lone_surrogates_are_refused_by_name(tmp_path, value):
+    url = f"file://{tmp_path}/out.file#mode=nczarr,file"
+    dataset = xr.Dataset({"v": (("x",), np.arange(2.0), {"note": value})})
+    with pytest.raises(EncodingError, match=r"attribute 'v:note': .*a lone surrogate"):
+        nczmap.to_nczarr(dataset, url)
+    dataset = xr.Dataset(attrs={"title": value})
+    with pytest.raises(EncodingError, match=r"attribute 'title': .*a lone surrogate"):
+        nczmap.to_nczarr(dataset, url)
 
 
 def test_strings_longer_than_the_default_width_get_room(tmp_path):

@@ -384,7 +384,7 @@ def attribute_value(value: object) -> object:
     if isinstance(value, bytes):
         return _utf8(value)
     if isinstance(value, str):
-        return str(value)
+        return _storable_text(str(value))
     if isinstance(value, bool | np.bool_):
         return np.int8(value)
     if isinstance(value, int):
@@ -398,11 +398,11 @@ def attribute_value(value: object) -> object:
     if isinstance(value, np.ndarray) and value.dtype == bool:
         return value.astype(np.int8)
     if isinstance(value, np.ndarray) and value.dtype.kind in "SU":
-        texts = [_utf8(v) if isinstance(v, bytes) else str(v) for v in value.ravel().tolist()]
+        texts = [_utf8(v) if isinstance(v, bytes) else _storable_text(str(v)) for v in value.ravel().tolist()]
         return texts[0] if len(texts) == 1 else texts
     if isinstance(value, list | tuple):
         if value and all(isinstance(v, str | bytes) for v in value):
-            return [_utf8(v) if isinstance(v, bytes) else str(v) for v in value]
+            return [_utf8(v) if isinstance(v, bytes) else _storable_text(str(v)) for v in value]
         try:
             array = np.asarray(value)
         except (OverflowError, ValueError) as exc:
@@ -411,6 +411,19 @@ def attribute_value(value: object) -> object:
             raise EncodingError(f"{value!r} is no netCDF attribute value (one type, one dimension)")
         return attribute_value(array)
     return value
+
+
+def _storable_text(text: str) -> str:
+    """``text`` if netCDF can store it: UTF-8 text, or bytes that were not UTF-8 held as surrogate escapes
+    (written back as those bytes); another lone surrogate (``"\\ud800"``) has no bytes."""
+    try:
+        text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise EncodingError(
+            f"{text[:40]!r} holds {text[exc.start]!r} at {exc.start}, a lone surrogate: not text netCDF can "
+            "store (UTF-8)"
+        ) from None
+    return text
 
 
 def _utf8(value: bytes) -> str:

@@ -148,7 +148,7 @@ def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
     def existing(variable, shape: tuple[int, ...]) -> Storage:
         layout = variable.layout
         storage = Storage(source, "existing", shape, tuple(layout.chunks), list(layout.codecs.configs))
-        storage.values = _Existing(variable)
+        storage.values = _Existing(variable, shape)
         storage.digest = join.digests.get(variable.key)
         return storage
 
@@ -158,13 +158,18 @@ def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
 
 
 class _Existing:
-    """The values a variable of the dataset holds (read when a re-encoding or a rewrite needs them)."""
+    """The values a variable of the dataset holds (read when a re-encoding or a rewrite needs them): only
+    the ``shape`` it had when the append began, since the dataset's dimensions grow before the joined
+    coordinate is written again (reading it whole then gave the held values and the new steps' fill)."""
 
-    def __init__(self, variable) -> None:
+    def __init__(self, variable, shape: tuple[int, ...]) -> None:
         self.variable = variable
+        self.shape = tuple(shape)
 
     def __call__(self) -> np.ndarray:
-        return np.asarray(self.variable.read())
+        if not self.shape:
+            return np.asarray(self.variable.read())
+        return np.asarray(self.variable.read(tuple(slice(0, n) for n in self.shape)))
 
 
 # --------------------------------------------------------------------------------- checks

@@ -251,8 +251,13 @@ def _write_model(plan: Plan, target: Dataset, result) -> list[SourceVariable]:
     return variables
 
 
-def _write_loaded(variable: SourceVariable, dest, result) -> None:
-    values = loaded_values(variable)
+def _write_loaded(variable: SourceVariable, dest, result, values: np.ndarray | None = None) -> None:
+    values = loaded_values(variable) if values is None else values
+    if values.shape != tuple(dest.shape):  # never grow a dimension by writing more than it holds
+        raise FormatError(
+            f"{variable.key!r}: its joined values of shape {values.shape} do not match its shape "
+            f"{tuple(dest.shape)} in the destination"
+        )
     if variable.layout.dtype.nctype.name == "char" and values.dtype.kind == "U":
         values = np.char.encode(values, "utf-8")
     dest[...] = values
@@ -471,6 +476,8 @@ def write_appended(
     urls = _authorize_sources(sources, containers, "repository" if icechunk else "manifest")
     if not icechunk and not url.on_s3:
         zmap.keep_large_chunks_beside()
+    # what is written again whole is read (the dataset's part included) before anything changes
+    rewritten = {id(v): loaded_values(v) for v in plan.variables if v.rewrite and v.load}
     _grow(plan, dataset)
     for variable in plan.variables:
         if variable.rewrite:
@@ -492,7 +499,7 @@ def write_appended(
             if variable.rewrite:
                 if not icechunk:
                     zmap.keep_inline(dest.key)
-                _write_loaded(variable, dest, result)
+                _write_loaded(variable, dest, result, rewritten[id(variable)])
             else:
                 _write_new_values(variable, dest, result)
         elif icechunk:
