@@ -46,23 +46,25 @@ COMPARED_VALUES = 64 << 10  # values of variables not joined are compared up to 
 
 # ------------------------------------------------------------------------------------------ comparing
 def attributes(variable: SourceVariable) -> dict[str, object]:
-    """``variable``'s attributes as xarray decodes them: a bounds variable without units of its own takes
-    its coordinate's ``units`` and ``calendar`` (CF; xarray's ``_update_bounds_attributes``); a pure Zarr
-    v2 store's ``fill_value`` is its ``_FillValue``."""
+    """``variable``'s attributes as xarray decodes them: a bounds variable takes the ``units`` and
+    ``calendar`` it lacks from its time coordinate (CF; xarray's ``_update_bounds_attributes``, each
+    separately), as that coordinate was in its file (before a join re-encoded it); a pure Zarr v2 store's
+    ``fill_value`` is its ``_FillValue``."""
     found = dict(variable.attrs)
     fill = variable.layout.fill_value
     if variable.fill_is_missing and "_FillValue" not in found and fill is not None:
         # a pure Zarr v2 store's fill_value is what xarray masks: compared and decoded as its _FillValue
         found["_FillValue"] = np.asarray(fill, dtype=variable.layout.dtype.storage)
-    if "units" in found:
-        return found
     for other in variable.group.variables.values():
-        names = [other.attrs.get("bounds"), other.attrs.get("climatology")]
-        units = other.attrs.get("units")
+        if other is variable:
+            continue
+        theirs = other.source_attrs if other.source_attrs is not None else other.attrs
+        names = [theirs.get("bounds"), theirs.get("climatology")]
+        units = theirs.get("units")
         if variable.name in names and timecoding.is_time_units(units):
-            found["units"] = units
-            if "calendar" in other.attrs:
-                found.setdefault("calendar", other.attrs["calendar"])
+            found.setdefault("units", units)
+            if "calendar" in theirs:
+                found.setdefault("calendar", theirs["calendar"])
     return found
 
 
@@ -283,6 +285,7 @@ def settle(variable: SourceVariable) -> str | None:
         names += [name for name in _packed_types(variable, twin, mine, other) if name not in names]
     if not names:
         return None
+    variable.source_attrs = dict(variable.attrs)
     if is_time_valued(mine) and set(names) <= {"units", "calendar"}:
         _retime(variable, [mine, *theirs])
         return f"its time units differ between files ({names[0]}): re-encoded in one"

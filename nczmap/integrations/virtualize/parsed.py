@@ -140,6 +140,7 @@ class SourceVariable(Variable):
         self.coding: str | None = None  # "retimed" or "decoded": files' encodings made to agree
         self.rewrite = False  # appending: every value written again (else only the new files' values)
         self.untyped = False  # its attributes' types are not known (read from pure Zarr: JSON numbers)
+        self.source_attrs: dict | None = None  # its first file's attributes, once a join changed them
         # pure Zarr v2: its fill value is what xarray takes as its _FillValue (no attribute says so)
         self.fill_is_missing = False
 
