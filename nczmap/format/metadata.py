@@ -17,7 +17,7 @@ from nczmap._version import __version__
 from nczmap.format import zarr3
 from nczmap.format.dialects import Dialect
 from nczmap.format.model import Attribute, Group
-from nczmap.format.types import CHAR, STRING, NCType, dtype_string
+from nczmap.format.types import CHAR, STRING, NCType, dtype_string, infer_json_type
 from nczmap.format.variable import Variable
 
 SUPERBLOCK = {"version": "2.0.0"}
@@ -238,11 +238,28 @@ def group_objects(group: Group, dialect: Dialect) -> dict[str, object]:
     return objects
 
 
+# attributes whose type decides how values decode (a float32 scale_factor decodes to float32, a float64
+# one to float64): Zarr v3 JSON numbers read back as float64 or int64, so their types are recorded
+TYPED_IN_V3 = frozenset(
+    ("scale_factor", "add_offset", "missing_value", "valid_min", "valid_max", "valid_range")
+)
+
+
 def zarr3_array_json(variable: Variable) -> dict:
-    """An array's ``zarr.json``: a read one keeps its codecs and chunk keys, a new one gets nczmap's."""
+    """An array's ``zarr.json``: a read one keeps its codecs and chunk keys, a new one gets nczmap's. The
+    types of the attributes of :data:`TYPED_IN_V3` that JSON numbers do not keep are recorded under
+    ``_nczarr_attr`` (as 4.9.3+ NCZarr records attribute types), which nczmap's v3 reader honours."""
     layout = variable.layout
-    attrs = {a.name: _zarr3_attribute(a, variable.nctype) for a in variable.attrs.all_typed()}
+    typed = variable.attrs.all_typed()
+    attrs = {a.name: _zarr3_attribute(a, variable.nctype) for a in typed}
     attrs = {name: value for name, value in attrs.items() if value is not None}
+    types = {
+        a.name: dtype_string(a.nctype, "<")
+        for a in typed
+        if a.name in TYPED_IN_V3 and a.name in attrs and infer_json_type(attrs[a.name]) is not a.nctype
+    }
+    if types:
+        attrs["_nczarr_attr"] = {"types": types}
     dims = list(variable.dimensions)
     if layout.zarr3 is not None:
         return zarr3.updated_json(layout.zarr3, layout, attrs, dims)

@@ -333,8 +333,17 @@ class _Reader3:
         attrs = dict(zarr3.attributes(meta, key))
         if "_FillValue" in attrs:
             attrs["_FillValue"] = zarr3.xarray_fill_attribute(attrs["_FillValue"], layout.dtype.nctype)
-        read_attributes(variable.attrs, attrs, {}, layout.dtype.nctype, True)
+        read_attributes(variable.attrs, attrs, _v3_types(attrs), layout.dtype.nctype, True)
         return variable
+
+
+def _v3_types(attrs: dict) -> dict:
+    """The attribute types a v3 array's ``_nczarr_attr`` records (see ``metadata.zarr3_array_json``)."""
+    record = attrs.get("_nczarr_attr")
+    types = record.get("types") if isinstance(record, dict) else None
+    if not isinstance(types, dict):
+        return {}
+    return {name: kind for name, kind in types.items() if isinstance(name, str) and isinstance(kind, str)}
 
 
 class _Reader:

@@ -315,7 +315,7 @@ def _append(
             files = _in_date_order(files, options)
             parsed, unreadable = reads.parse(files, executor, reading)
             files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
-            existing = existing_file(dataset, url.location, join)
+            existing = existing_file(dataset, url.location, join, parsed[0].model if parsed else None)
             joined = plan([existing, *parsed], options)
             check_new_variables(joined, existing, url.location)
             check_order(joined, join.concat or join.new_dim[0], url.location)

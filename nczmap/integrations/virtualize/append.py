@@ -21,10 +21,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nczmap.errors import FormatError
-from nczmap.format import Group
+from nczmap.format import Dimension, Group
 from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, Plan
 from nczmap.integrations.virtualize.encodings import digest
-from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage, model_of
+from nczmap.integrations.virtualize.parsed import (
+    ParsedFile,
+    Refusal,
+    SourceVariable,
+    Storage,
+    find_group,
+    model_of,
+)
 
 RECORD = "virtualize"  # the key of the record in nczmap's manifest extension and in commit metadata
 VERSION = 1
@@ -141,9 +148,11 @@ def options_for(join: Join, skip_mismatched: bool) -> CombineOptions:
 
 
 # --------------------------------------------------------------------------------- the existing dataset
-def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
+def existing_file(dataset: Group, source: str, join: Join, like: Group | None = None) -> ParsedFile:
     """The dataset as the first parsed "file" of a join: its model, each variable's storage of kind
-    ``existing`` (its own layout; ``values()`` reads it back; the digest of its values, if recorded)."""
+    ``existing`` (its own layout; ``values()`` reads it back; the digest of its values, if recorded).
+    A dataset that does not say where its dimensions are defined (pure Zarr, Icechunk) has them where the
+    new file ``like`` has them (see :func:`_place_dimensions`)."""
 
     def existing(variable, shape: tuple[int, ...]) -> Storage:
         layout = variable.layout
@@ -153,8 +162,36 @@ def existing_file(dataset: Group, source: str, join: Join) -> ParsedFile:
         return storage
 
     root = model_of(dataset, existing, untyped=not dataset.dialect.is_nczarr)
+    if like is not None and not dataset.dialect.is_nczarr:
+        _place_dimensions(root, like)
     refusals = [Refusal(key, "it was left out when the dataset was made", source) for key in join.refused]
     return ParsedFile(source, root, refusals, format="existing")
+
+
+def _place_dimensions(root: Group, like: Group) -> None:
+    """Pure Zarr names a variable's dimensions but not the group defining them, so a variable of ``/g``
+    along ``time`` reads as using a dimension ``/g/time``; where the new file's ``/g`` has no ``time`` but
+    an ancestor group has, the variable uses that ancestor's (created if the dataset has no such
+    dimension there, with the same length)."""
+    for group in list(root.walk()):
+        twin = find_group(like, group.path)
+        if group.parent is None or twin is None:
+            continue
+        for name in [n for n in group.dimensions if n not in twin.dimensions]:
+            theirs = twin.lookup_dimension(name)
+            if theirs is None or theirs.group is None:
+                continue
+            target = find_group(root, theirs.group.path)
+            mine = group.dimensions.pop(name)
+            held = target.dimensions.get(name) if target is not None else None
+            if target is None or (held is not None and held.size != mine.size):
+                group.dimensions[name] = mine  # not the same dimension: the checks name the difference
+                continue
+            if held is None:
+                held = target.dimensions[name] = Dimension(name, mine.size, mine.unlimited, target)
+            for inner in group.walk():
+                for variable in inner.variables.values():
+                    variable.dims = tuple(held if d is mine else d for d in variable.dims)
 
 
 class _Existing:

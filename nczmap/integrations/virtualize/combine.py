@@ -30,6 +30,7 @@ import numpy as np
 from nczmap.errors import FormatError
 from nczmap.format import Dimension, Group
 from nczmap.format.codecs import CodecChain
+from nczmap.format.types import STRING, ParsedDtype
 from nczmap.format.writer import TARGET_CHUNK_BYTES
 from nczmap.integrations.virtualize import encodings, newdim
 from nczmap.integrations.virtualize.parsed import ParsedFile, Refusal, SourceVariable, Storage, find_group
@@ -506,13 +507,19 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     the joined dimension and variables re-encoded (retimed) are written again whole, as ``virtualize`` of
     every file would write them."""
     if variable.storages[0].kind == "existing":
-        variable.rewrite = variable.rewrite or is_joined_coordinate(variable) or variable.coding == "retimed"
+        variable.rewrite = (
+            variable.rewrite
+            or is_joined_coordinate(variable)
+            or variable.coding == "retimed"
+            or _string_width(variable.storages[1:]) > variable.layout.dtype.maxstrlen
+        )
         if not variable.rewrite:
             return _load_new(variable, options)
     _ensure_values(variable)
     if any(storage.values is None for storage in variable.storages):
         return "its values cannot be read"
     _promote_dtype(variable)
+    _widen_strings(variable)
     layout = variable.layout
     itemsize = max(1, layout.dtype.storage.itemsize)
     nbytes = math.prod(layout.shape) * itemsize if layout.shape else itemsize
@@ -532,6 +539,29 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
     if not _encodable(layout.codecs):
         layout.codecs = CodecChain([], None, itemsize)
     return None
+
+
+def _string_width(storages: list[Storage]) -> int:
+    """The longest string's UTF-8 length in bytes among ``storages``' values (0 when none)."""
+    longest = 0
+    for storage in storages:
+        if storage.values is None:
+            continue
+        flat = np.asarray(storage.values(), dtype=object).ravel()
+        lengths = (len(str(v).encode("utf-8", "surrogateescape")) for v in flat)
+        longest = max(longest, max(lengths, default=0))
+    return longest
+
+
+def _widen_strings(variable: SourceVariable) -> None:
+    """A string variable stored as wide as the longest string of any file (the first file's width is that
+    of its own longest)."""
+    dtype = variable.layout.dtype
+    if dtype.nctype is not STRING:
+        return
+    width = max(dtype.maxstrlen, _string_width(variable.storages), 1)
+    if width > dtype.maxstrlen:
+        variable.layout.dtype = ParsedDtype(STRING, np.dtype(f"S{width}"), False, width)
 
 
 def _promote_dtype(variable: SourceVariable) -> None:

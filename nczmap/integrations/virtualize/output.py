@@ -21,7 +21,7 @@ from nczmap.errors import AccessDenied, DatasetExists, FormatError, StorageError
 from nczmap.format import Dataset
 from nczmap.integrations.copy import _copy_group, _counterpart, keep_codecs, open_target
 from nczmap.integrations.virtualize.combine import Plan, is_joined_coordinate, loaded_values
-from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage
+from nczmap.integrations.virtualize.parsed import Refusal, SourceVariable, Storage, find_group
 from nczmap.integrations.virtualize.sources import RemoteFile, SourceFile
 from nczmap.manifest.containers import Container, as_containers, authorize, normalize
 from nczmap.progress import Progress
@@ -537,11 +537,13 @@ def _reference(variable: SourceVariable, pairs, dest, zmap, urls, result, checks
 
 
 def _grow(plan: Plan, dataset: Dataset) -> None:
-    """The dataset's dimensions as long as the plan's (the joined one grows)."""
-    for group in plan.root.walk():
-        for dimension in group.dimensions.values():
-            held = dataset.find_dimension(dimension.path)
-            if held is not None and held.size != dimension.size:
+    """The dataset's dimensions as long as the plan's (the joined one grows). A dimension of the dataset
+    is the plan's that its name means in its group (pure Zarr defines one where an array uses it)."""
+    for group in dataset.walk():
+        planned = find_group(plan.root, group.path)
+        for held in group.dimensions.values():
+            dimension = planned.lookup_dimension(held.name) if planned is not None else None
+            if dimension is not None and held.size != dimension.size:
                 held.size = dimension.size
                 dataset.writer.touch_dimension_users(held)
 
