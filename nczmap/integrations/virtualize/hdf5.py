@@ -10,6 +10,17 @@ be referenced (filters numcodecs cannot undo, chunks whose filter mask skips a f
 storage) are read as values, to be stored in the manifest. User-defined types (compound, enum, opaque,
 vlen) are refused: NCZarr cannot hold them.
 
+What netCDF-C makes of HDF5 that no netCDF library wrote (h5py's, HDF-EOS5's, ICESat-2's files): a
+fixed-length string of more than one byte is NC_STRING (its values loaded, each up to its first NUL), of
+one byte NC_CHAR; a fixed-length string attribute is char text when scalar (all its bytes, padding
+included), else NC_STRING. Soft links are followed (a link to a dataset is a variable of the link's name,
+its chunks referenced; to a group, a group), external links too, into the file they name beside the
+source: their data is loaded (a manifest refers only into the files virtualized and records only those),
+up to :data:`LINKED_BYTES`. A link that leads nowhere, or to a group containing it, is refused by name
+(netCDF-C cannot open such a file, or never ends). An axis with no dimension scale attached (or one not
+a dimension of its group or a group above) gets a ``phony_dim_N`` as in a plain dataset, and so does every
+axis of a dataset with no scale on its first (netCDF-C then takes it for a plain dataset).
+
 A local file is read by h5py directly. A remote one is parsed in rounds (:mod:`.hdf5_prefetch`): h5py
 reads only bytes already held, a part of the walk that misses bytes is passed over (``_Tolerant``) so
 that one round finds every range missing at its level, those are fetched together with h5py's
@@ -77,6 +88,8 @@ def sniff(read: Callable[[int, int], bytes], size: int) -> bool:
 
 
 EAGER_BYTES = 64 << 10  # variables this small have their values read while parsing (coordinates, mostly)
+LINKED_BYTES = 16 << 20  # an external link's data this large at most is loaded (from the other file)
+LINK_HOPS = 16  # links followed in a row at most, as HDF5 does (H5L_NUM_LINKS): past it, a loop
 
 
 def parse(file: SourceFile, options: ParseOptions) -> ParsedFile:
@@ -277,6 +290,10 @@ class _Tolerant:
 _STRICT = _Tolerant(None)
 
 
+class _Unfollowed(Exception):
+    """Why a soft or external link leads to nothing netCDF-C could read (a refusal's reason)."""
+
+
 class _Opener:
     """The HDF5 file through h5py, opened when needed (again, after ``close``): through ``fileobj``
     while a round of a remote parse reads, a local file through a :class:`GuardedFile`, else through the
@@ -286,6 +303,7 @@ class _Opener:
         self.file, self.h5py, self.fileobj = file, h5py, fileobj
         self.handle = None
         self.guarded: GuardedFile | None = None
+        self.linked: dict[str, _Opener] = {}  # the files external links lead to, by real path
 
     def __getstate__(self) -> dict:  # pickled (a parse sent from another process): not h5py's handle
         return {"file": self.file}
@@ -295,6 +313,7 @@ class _Opener:
 
         self.file, self.h5py, self.fileobj, self.handle = state["file"], h5py, None, None
         self.guarded = None
+        self.linked = {}
 
     def root(self):
         if self.handle is None:
@@ -326,12 +345,30 @@ class _Opener:
             return np.asarray(self.root()[name][()])
 
     def close(self) -> None:
+        while self.linked:
+            self.linked.popitem()[1].close()
         if self.handle is not None:
             handle, self.handle = self.handle, None
             handle.close()
         if self.guarded is not None:
             guarded, self.guarded = self.guarded, None
             guarded.close()
+
+    def linked_file(self, name: str, beside: _Opener) -> _Opener:
+        """The file an external link in ``beside``'s file names (``name``: absolute, or relative to that
+        file's directory, where HDF5 looks when no prefix is set), opened as a local source is (guarded);
+        this source itself when it names it. Never opened by HDF5 following the link: through a Python
+        file object, HDF5 would take the linking file for the one named."""
+        if not isinstance(beside.file, LocalFile):
+            raise _Unfollowed("external links are followed only in local files")
+        path = os.path.realpath(os.path.join(os.path.dirname(beside.file.name), name))
+        if path == self.file.name:
+            return self
+        if path not in self.linked:
+            if not os.path.isfile(path):
+                raise _Unfollowed(f"the file {path} does not exist")
+            self.linked[path] = _Opener(LocalFile(path, path), self.h5py)
+        return self.linked[path]
 
 
 def _read_small_values(parsed: ParsedFile, tolerant: _Tolerant) -> None:
@@ -348,7 +385,7 @@ def _read_tree(opener: _Opener, file: SourceFile, tolerant: _Tolerant) -> Parsed
     """The netCDF model of an HDF5 file, as netCDF-C presents it."""
     reader = _TreeReader(file, opener, tolerant)
     root = Group("/", None)
-    reader.read_group(opener.root()["/"], root)
+    reader.read_group(opener.root()["/"], root, opener)
     reader.resolve_variables(root)
     reader.size_unlimited()
     return ParsedFile(file.name, root, reader.refused, "netcdf4")
@@ -361,24 +398,27 @@ class _TreeReader:
         self.tolerant = tolerant
         self.source = file.name
         self.refused: list[Refusal] = []
-        self.dims_by_path: dict[str, Dimension] = {}
+        self.dims_by_scale: dict[tuple[int, int], list[Dimension]] = {}  # the scale's identity -> its dims
         self.dims_by_id: dict[int, Dimension] = {}
-        self.pending: dict[int, list[tuple[str, object]]] = {}  # id(group) -> [(name, dataset)] in order
+        # id(group) -> [(name, dataset, the file it lies in, the dimension it is the scale of)] in order
+        self.pending: dict[int, list[tuple[str, object, _Opener, Dimension | None]]] = {}
         self.extents: dict[int, list[int]] = {}  # id(unlimited dim) -> lengths of its users
         self.dim_count = 0
 
-    def read_group(self, h5group, group: Group) -> None:
+    def read_group(self, h5group, group: Group, opener: _Opener, above: tuple = ()) -> None:
+        """``group`` read from ``h5group`` (in ``opener``'s file; ``above``: the identities of the HDF5
+        groups it was reached through, a link back to one of them refused)."""
         with self.tolerant:
             for attribute in self.attributes(h5group, group.path):
                 group.attrs.load({attribute.name: attribute})
-        dims: list[tuple[int, Dimension]] = []
-        datasets: list[tuple[str, object]] = []
-        children: list[tuple[str, object]] = []
+        dims: list[tuple[int | None, Dimension]] = []
+        datasets: list[tuple[str, object, _Opener, Dimension | None]] = []
+        children: list[tuple[str, object, _Opener]] = []
         with _reading(self.file, f"the members of group {group.path}"):
             names = [_utf8(self.file, name, f"a member of group {group.path}") for name in h5group]
         for name in names:
             with self.tolerant, _reading(self.file, f"object {_join(group.path, name)}"):
-                self.read_link(h5group, name, group, dims, datasets, children)
+                self.read_link(h5group, name, group, opener, (dims, datasets, children))
         if dims and all(dimid is not None for dimid, _ in dims):
             dims.sort(key=lambda pair: pair[0])  # netCDF-C lists a group's dimensions by id
         for dimid, dimension in dims:
@@ -386,32 +426,79 @@ class _TreeReader:
             if dimid is not None:
                 self.dims_by_id[dimid] = dimension
         self.pending[id(group)] = datasets
-        for name, item in children:
+        with _reading(self.file, f"group {group.path}"):
+            above = (*above, _identity(h5group))
+        for name, item, linked in children:
+            where = _join(group.path, name)
+            with _reading(self.file, f"group {where}"):
+                loop = _identity(item) in above
+            if loop:
+                reason = f"it leads to the HDF5 group {item.name}, which holds it: it would never end"
+                self.refused.append(Refusal(where, reason, self.source))
+                continue
             child = Group(name, group)
             group.groups[name] = child
             with self.tolerant:
-                self.read_group(item, child)
+                self.read_group(item, child, linked, above)
 
-    def read_link(self, h5group, name: str, group: Group, dims: list, datasets: list, children: list) -> None:
+    def read_link(self, h5group, name: str, group: Group, opener: _Opener, found: tuple) -> None:
+        """The object link ``name`` of ``h5group`` leads to, added to ``found`` (the group's dimensions,
+        datasets and child groups); a link leading nowhere refused by name."""
         import h5py
 
-        link = h5group.get(name, getlink=True)
+        dims, datasets, children = found
         where = _join(group.path, name)
-        if not isinstance(link, h5py.HardLink):
-            self.refused.append(Refusal(where, f"it is an HDF5 {type(link).__name__}", self.source))
+        try:
+            item, opener = self.follow(h5group, name, opener, 0)
+        except _Unfollowed as exc:
+            self.refused.append(Refusal(where, f"it is {_describe(h5group, name)}: {exc}", self.source))
             return
-        item = h5group[name]
         if isinstance(item, h5py.Group):
-            children.append((name, item))
+            children.append((name, item, opener))
         elif isinstance(item, h5py.Dataset):
+            dimension = None
             if _is_scale(item):
                 dimension = self.dimension(item, name, group)
                 if dimension is not None:
                     dims.append((_int_attribute(item, "_Netcdf4Dimid"), dimension))
                 if _dimension_only(item):
                     return
-            datasets.append((name.removeprefix(NON_COORD_PREFIX), item))
+            datasets.append((name.removeprefix(NON_COORD_PREFIX), item, opener, dimension))
         # committed datatypes are netCDF user-defined types: variables using them are refused
+
+    def follow(self, h5group, name: str, opener: _Opener, hops: int):
+        """(the object link ``name`` of ``h5group`` leads to, the opened file it lies in): a soft link
+        followed from its group or the root, an external link in the file it names (opened here, never
+        through HDF5); only hard links are ever resolved by h5py. _Unfollowed when it leads nowhere."""
+        import h5py
+
+        link = h5group.get(name, getlink=True)
+        if isinstance(link, h5py.HardLink):
+            return h5group[name], opener
+        if hops == LINK_HOPS:
+            raise _Unfollowed(f"it is the {LINK_HOPS}th link in a row (a loop of links?)")
+        if isinstance(link, h5py.SoftLink):
+            start = h5group.file["/"] if link.path.startswith("/") else h5group
+            return self.follow_path(start, link.path, opener, hops + 1)
+        if isinstance(link, h5py.ExternalLink):
+            target = self.opener.linked_file(link.filename, opener)
+            try:
+                root = target.root()["/"]
+            except (NCZError, OSError) as exc:
+                raise _Unfollowed(f"{target.file.name} cannot be read as HDF5 ({exc})") from None
+            return self.follow_path(root, link.path, target, hops + 1)
+        raise _Unfollowed("no netCDF library follows such a link")
+
+    def follow_path(self, start, path: str, opener: _Opener, hops: int):
+        """The object at ``path`` from the HDF5 group ``start``, each of its links followed in turn."""
+        import h5py
+
+        item = start
+        for part in [p for p in path.split("/") if p and p != "."]:
+            if not isinstance(item, h5py.Group) or item.get(part, getlink=True) is None:
+                raise _Unfollowed(f"there is no object {path}")
+            item, opener = self.follow(item, part, opener, hops)
+        return item, opener
 
     def dimension(self, dataset, name: str, group: Group) -> Dimension | None:
         if not dataset.shape:
@@ -419,7 +506,7 @@ class _TreeReader:
         self.dim_count += 1
         unlimited = dataset.maxshape[0] is None
         dimension = Dimension(name, int(dataset.shape[0]), unlimited, group)
-        self.dims_by_path[dataset.name] = dimension
+        self.dims_by_scale.setdefault(_identity(dataset), []).append(dimension)
         if unlimited:
             self.extents[id(dimension)] = [dimension.size]
         return dimension
@@ -428,30 +515,38 @@ class _TreeReader:
         """Variables with their dimensions, child groups first (the order netCDF-C makes phony dims in)."""
         for child in group.groups.values():
             self.resolve_variables(child)
-        for name, dataset in self.pending.pop(id(group), ()):
+        for name, dataset, opener, scale_of in self.pending.pop(id(group), ()):
             where = _join(group.path, name)
             with self.tolerant:
                 try:
                     with _reading(self.file, f"variable {where}"):
-                        variable = self.variable(group, name, dataset)
+                        variable = self.variable(group, name, dataset, opener, scale_of)
                 except NotVirtualizable as exc:
                     self.refused.append(Refusal(where, str(exc), self.source))
                     continue
                 group.variables[name] = variable
 
-    def variable(self, group: Group, name: str, dataset) -> SourceVariable:
+    def variable(
+        self, group: Group, name: str, dataset, opener: _Opener, scale_of: Dimension | None
+    ) -> SourceVariable:
         if dataset.shape is None:
             raise NotVirtualizable("it has an empty (null) dataspace")
-        dims = self.dimensions_of(dataset, group)  # first: netCDF-C makes them even for refused types
+        dims = self.dimensions_of(dataset, group, scale_of)  # first: made even for refused types
         nctype, storage_dtype = _types(dataset)
         shape = tuple(int(n) for n in dataset.shape)
         check_plausible(shape, storage_dtype.itemsize, f"variable {_join(group.path, name)} of {self.source}")
         for dim, length in zip(dims, shape, strict=True):
             if dim.unlimited:
                 self.extents[id(dim)].append(length)
+        if opener is not self.opener:
+            _check_linked(dataset, opener)
         if nctype is STRING:
-            storage = _strings(dataset, self.file, self.opener)
+            storage = _strings(dataset, self.file, opener)
             storage_dtype = np.dtype(f"S{max(1, _longest(storage))}")
+        elif opener is not self.opener:  # another file's data: loaded
+            storage = Storage(
+                self.source, "values", shape, values=functools.partial(opener.values, dataset.name)
+            )
         else:
             storage = _storage(dataset, self.file, storage_dtype.itemsize, self.opener)
         codecs = storage.codecs
@@ -473,35 +568,67 @@ class _TreeReader:
             variable.attrs.load({attribute.name: attribute})
         return variable
 
-    def dimensions_of(self, dataset, group: Group) -> list[Dimension]:
-
+    def dimensions_of(self, dataset, group: Group, scale_of: Dimension | None) -> list[Dimension]:
+        """The dimensions of ``dataset`` as netCDF-C gives them: the ids netCDF-C recorded (read first, as
+        it does: they may name a dimension of a group that is not an ancestor), else the attached dimension
+        scales, else its own dimension (a scale), else phony dimensions."""
         if not dataset.shape:
             return []
-        if "DIMENSION_LIST" in dataset.attrs:
-            dims = []
-            for axis, names in enumerate(_scale_paths(dataset)):
-                found = next((self.dims_by_path[n] for n in names if n in self.dims_by_path), None)
-                if found is None:
-                    raise NotVirtualizable(
-                        f"the dimension scale of its axis {axis} is not a netCDF dimension"
-                    )
-                dims.append(found)
-            return dims
         coordinates = dataset.attrs.get("_Netcdf4Coordinates")
         if coordinates is not None:
             try:
                 return [self.dims_by_id[int(dimid)] for dimid in np.atleast_1d(coordinates)]
             except KeyError as exc:
-                raise NotVirtualizable(f"its dimension id {exc} is not defined") from None
-        if _is_scale(dataset) and len(dataset.shape) == 1:
-            return [self.dims_by_path[dataset.name]]
-        return self.phony_dimensions(dataset, group)
+                raise NotVirtualizable(
+                    f"its _Netcdf4Coordinates attribute names dimension id {exc}, which no dimension has"
+                ) from None
+        if "DIMENSION_LIST" in dataset.attrs:
+            return self.attached_dimensions(dataset, group)
+        if scale_of is not None and len(dataset.shape) == 1:
+            return [scale_of]
+        return self.phony_dimensions(dataset, group, [None] * len(dataset.shape))
 
-    def phony_dimensions(self, dataset, group: Group) -> list[Dimension]:
-        """A plain HDF5 dataset's dimensions as netCDF-C names them: a dimension of the group of the same
-        length (and unlimitedness) that the dataset does not use yet, else a new ``phony_dim_<id>``."""
-        dims = []
-        for length, maximum in zip(dataset.shape, dataset.maxshape, strict=True):
+    def attached_dimensions(self, dataset, group: Group) -> list[Dimension]:
+        """Each axis's dimension scale (the last attached, the one netCDF-C keeps) as the dimension made
+        from it in ``group`` or the nearest group above; phony dimensions for the other axes. With no
+        scale on its first axis, a dataset is a plain one to netCDF-C (it counts the scales of axis 0
+        only): its other axes' scales are not looked at, every axis gets a phony dimension."""
+        scales = _attached_scales(dataset)
+        if scales[0] is None:
+            return self.phony_dimensions(dataset, group, [None] * len(scales))
+        dims: list[Dimension | None] = []
+        for axis, scale in enumerate(scales):
+            found = None if scale is None else self.visible_dimension(scale, group)
+            length = int(dataset.shape[axis])
+            if found is not None and not found.unlimited and found.size != length:
+                raise NotVirtualizable(
+                    f"the dimension scale {found.path} attached to its axis {axis} has {found.size} values, "
+                    f"the axis {length}"
+                )
+            dims.append(found)
+        return self.phony_dimensions(dataset, group, dims)
+
+    def visible_dimension(self, scale: tuple[int, int], group: Group) -> Dimension | None:
+        """The dimension netCDF-C matches a scale to: the first made from that object (through any link)
+        in ``group``, else in the nearest group above; None for a scale not seen from there."""
+        made = self.dims_by_scale.get(scale)
+        node = group
+        while made and node is not None:
+            here = [dimension for dimension in made if dimension.group is node]
+            if here:
+                order = list(node.dimensions.values())
+                return min(here, key=order.index)
+            node = node.parent
+        return None
+
+    def phony_dimensions(self, dataset, group: Group, known: list[Dimension | None]) -> list[Dimension]:
+        """The axes without a dimension in ``known`` named as netCDF-C names a plain dataset's: a
+        dimension of the group of the same length (and unlimitedness) that the dataset does not use yet,
+        else a new ``phony_dim_<id>``."""
+        dims = list(known)
+        for axis, (length, maximum) in enumerate(zip(dataset.shape, dataset.maxshape, strict=True)):
+            if dims[axis] is not None:
+                continue
             unlimited = maximum is None
             found = next(
                 (
@@ -517,14 +644,15 @@ class _TreeReader:
                 self.dim_count += 1
                 if unlimited:
                     self.extents[id(found)] = [found.size]
-            dims.append(found)
+            dims[axis] = found
         return dims
 
     def size_unlimited(self) -> None:
         """An unlimited dimension is as long as the longest variable using it (as netCDF-C reports it)."""
-        for dimension in self.dims_by_path.values():
-            if dimension.unlimited:
-                dimension.size = max(self.extents.get(id(dimension), [dimension.size]))
+        for made in self.dims_by_scale.values():
+            for dimension in made:
+                if dimension.unlimited:
+                    dimension.size = max(self.extents.get(id(dimension), [dimension.size]))
 
     def attributes(self, item, where: str) -> list[Attribute]:
         found = []
@@ -554,15 +682,57 @@ def _is_scale(dataset) -> bool:
     return isinstance(value, bytes) and value.rstrip(b"\x00") == b"DIMENSION_SCALE"
 
 
-def _scale_paths(dataset) -> list[list[str]]:
-    """The paths of the dimension scales attached to each axis of ``dataset``: its ``DIMENSION_LIST`` (a
-    list of object references an axis) read and followed here, as HDF5's own H5DS functions would (which
+def _attached_scales(dataset) -> list[tuple[int, int] | None]:
+    """The identity of the dimension scale netCDF-C takes for each axis of ``dataset`` (the last one its
+    ``DIMENSION_LIST`` attaches there, as H5DSiterate_scales leaves it), None for an axis with none: the
+    list (object references an axis) read and followed here, as HDF5's own H5DS functions would (which
     crash on some damaged lists); a list that is not one entry an axis is damage."""
     root = dataset.file
     lists = np.asarray(dataset.attrs["DIMENSION_LIST"], dtype=object).ravel()
     if len(lists) != len(dataset.shape):
         raise ValueError(f"its DIMENSION_LIST has {len(lists)} entries for {len(dataset.shape)} axes")
-    return [[root[ref].name for ref in np.atleast_1d(refs).ravel() if ref] for refs in lists]
+    scales = []
+    for refs in lists:
+        attached = [ref for ref in np.atleast_1d(refs).ravel() if ref]
+        scales.append(_identity(root[attached[-1]]) if attached else None)
+    return scales
+
+
+def _identity(item) -> tuple[int, int]:
+    """What tells HDF5 objects apart, however they are reached (netCDF-C matches scales by it): the file
+    (as HDF5 numbers open files) and the object's address there."""
+    from h5py import h5o
+
+    return item.id.fileno, h5o.get_info(item.id).addr
+
+
+def _describe(h5group, name: str) -> str:
+    """The link ``name`` of ``h5group`` as a refusal names it."""
+    import h5py
+
+    link = h5group.get(name, getlink=True)
+    if isinstance(link, h5py.SoftLink):
+        return f"a soft link to {link.path}"
+    if isinstance(link, h5py.ExternalLink):
+        return f"an external link to {link.path} in {link.filename}"
+    return f"an HDF5 {type(link).__name__}"
+
+
+def _check_linked(dataset, opener: _Opener) -> None:
+    """NotVirtualizable for data of another file (an external link's) too large to load."""
+    nbytes = math.prod(int(n) for n in dataset.shape) * dataset.id.get_type().get_size()
+    if nbytes > LINKED_BYTES:
+        raise NotVirtualizable(
+            f"its data ({nbytes} bytes) lies in {opener.file.name}, reached through an external link: "
+            f"data of another file is loaded up to {LINKED_BYTES} bytes (a manifest refers only into "
+            "the files virtualized)"
+        )
+
+
+def _c_string(raw: bytes) -> str:
+    """A fixed-length string value as netCDF-C hands it out: up to its first NUL (padding spaces kept),
+    bytes that are not UTF-8 kept as surrogate escapes."""
+    return raw.split(b"\x00", 1)[0].decode("utf-8", "surrogateescape")
 
 
 def _dimension_only(dataset) -> bool:
@@ -600,9 +770,7 @@ def _types(dataset):
         if kind.is_variable_str():
             return STRING, np.dtype(object)  # the width is the longest value's, once read
         if kind.get_size() != 1:
-            raise NotVirtualizable(
-                f"its type is a fixed-length string of {kind.get_size()} bytes, no netCDF type"
-            )
+            return STRING, np.dtype(object)  # netCDF-C reads longer fixed-length strings as NC_STRING
         return CHAR, np.dtype("S1")
     dtype = np.dtype(dataset.dtype)
     if cls == h5t.INTEGER:
@@ -636,7 +804,9 @@ def _attribute(item, name: str) -> Attribute:
         if null:
             return Attribute(name, CHAR, "")
         raw = np.empty(attr.shape, dtype=attr.dtype)
-        attr.read(raw)
+        attr.read(raw, mtype=kind)  # its own padding (h5py's default type would strip spaces)
+        if attr.shape:  # an array of fixed-length strings: NC_STRING for netCDF-C, each value a C string
+            return Attribute(name, STRING, [_c_string(value) for value in raw.ravel().tolist()])
         data = raw.tobytes()
         if data == b"\x00" and not attr.shape:
             data = b""  # netCDF-C stores an empty char attribute as one NUL
@@ -691,12 +861,26 @@ class _Strings:
         if self.text is None:
             with _reading(self.opener.file, f"the strings of variable {self.name}"):
                 dataset = self.opener.root()[self.name]
-                text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object).reshape(
-                    self.shape
-                )
+                if dataset.id.get_type().is_variable_str():
+                    text = np.asarray(dataset.asstr(errors="surrogateescape")[()], dtype=object)
+                else:
+                    text = _fixed_strings(dataset)
+                text = text.reshape(self.shape)
             text[text == None] = ""  # noqa: E711 (element-wise): netCDF-C's unwritten strings
             self.text = text
         return self.text
+
+
+def _fixed_strings(dataset) -> np.ndarray:
+    """A fixed-length string dataset's values as netCDF-C reads them: its bytes in its own type (h5py's
+    default type would strip padding spaces), each value up to its first NUL."""
+    from h5py import h5s
+
+    kind = dataset.id.get_type()
+    raw = np.empty(dataset.shape, dtype=f"S{kind.get_size()}")
+    if raw.size:
+        dataset.id.read(h5s.ALL, h5s.ALL, raw, mtype=kind)
+    return np.asarray([_c_string(value) for value in raw.ravel().tolist()], dtype=object)
 
 
 def _longest(storage: Storage) -> int:
