@@ -345,8 +345,8 @@ class _Opener:
             return np.asarray(self.root()[name][()])
 
     def close(self) -> None:
-        while self.linked:
-            self.linked.popitem()[1].close()
+        for linked in self.linked.values():  # kept: their values may open them again, closed with this
+            linked.close()
         if self.handle is not None:
             handle, self.handle = self.handle, None
             handle.close()
