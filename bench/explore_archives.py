@@ -64,6 +64,8 @@ def main() -> int:
     print(f"{total} archives in {elapsed:.0f} s ({elapsed / max(total, 1):.2f} s each)")
     for outcome, count in outcomes.most_common():
         print(f"{count:6d}  {outcome}")
+    for reason, text in ga.REFUSALS_SEEN.items():
+        print(f"refused ({reason}), e.g.: {text}")
     for kind, archives in shown.items():
         print(f"\n=== {kind}")
         for text in archives:

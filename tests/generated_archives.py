@@ -31,6 +31,7 @@ from pathlib import Path
 import cftime
 import netCDF4
 import numpy as np
+import pandas as pd
 import xarray as xr
 from hypothesis import strategies as st
 
@@ -52,6 +53,9 @@ ALLOWED_REFUSALS = {
     "fills among re-encoded times": r"fill values among times",
     "an append's encoding": r"an append adds values in the dataset's own encoding",
 }
+
+
+REFUSALS_SEEN: dict[str, str] = {}  # a refusal's text for each class seen (what exploration shows)
 
 
 @dataclass
@@ -81,6 +85,8 @@ class Archive:
     seed: int
     splits: list[int] = field(default_factory=list)  # append after these many files (empty: all at once)
     output: str = ".json"
+    join: str = "concat"  # or "new_dim": files with no time, stacked by the dates in their names
+    gaps: list[int] = field(default_factory=list)  # new_dim: days between one file's date and the next
 
     @property
     def unit(self) -> str:
@@ -98,7 +104,7 @@ class Archive:
             f"{units} step {self.step[0]}/{self.step[1]}, calendar {self.files[0].calendar}, bounds "
             f"{self.bounds}, packing {self.packing}, chunk {self.chunk}, "
             f"{'unlimited' if self.unlimited else 'fixed'}, group {self.group}, text {self.text}, "
-            f"splits {self.splits}, output {self.output}"
+            f"splits {self.splits}, output {self.output}, join {self.join} {self.gaps}"
         )
 
 
@@ -112,13 +118,13 @@ def archives(draw, outputs=(".json", ".parq", ".icechunk")) -> Archive:
     step = (1, 2) if fractional else (draw(st.sampled_from((1, 1, 2, 6, 24))), 1)
     mode = draw(st.sampled_from(("shared", "per file", "mixed")))
     calendar = draw(st.sampled_from(CALENDARS))
-    if draw(st.integers(0, 19)) == 0:
+    if draw(st.sampled_from([False] * 19 + [True])):
         calendars = [calendar] + [draw(st.sampled_from(CALENDARS)) for _ in range(count - 1)]
     else:
         calendars = [calendar] * count
     packing = draw(st.sampled_from(PACKINGS))
-    dtypes_differ = draw(st.integers(0, 4)) == 0
-    missing = draw(st.integers(0, 9)) == 0
+    dtypes_differ = draw(st.sampled_from([False] * 4 + [True]))
+    missing = draw(st.sampled_from([False] * 9 + [True]))
     files = []
     for index in range(count):
         per_file = mode == "per file" or (mode == "mixed" and draw(st.booleans()))
@@ -150,12 +156,14 @@ def archives(draw, outputs=(".json", ".parq", ".icechunk")) -> Archive:
         packing=packing,
         chunk=draw(st.sampled_from((0, 1, 2, 3))),
         unlimited=draw(st.booleans()),
-        group=draw(st.integers(0, 3)) == 0,
-        text=draw(st.integers(0, 3)) == 0,
+        group=draw(st.sampled_from([False] * 3 + [True])),
+        text=draw(st.sampled_from([False] * 3 + [True])),
         masked=draw(st.booleans()),
         seed=draw(st.integers(0, 2**16)),
         splits=splits,
         output=draw(st.sampled_from(outputs)),
+        join=draw(st.sampled_from(["concat"] * 3 + ["new_dim"])),
+        gaps=[draw(st.sampled_from((1, 1, 1, 2, 7))) for _ in range(count - 1)],
     )
 
 
@@ -173,9 +181,26 @@ def _fits(values: np.ndarray, dtype: str) -> bool:
     return bool(np.all(values == np.round(values))) and values.min() >= info.min and values.max() <= info.max
 
 
+NEW_DIM = ("time", "%Y%m%d")
+Y = 2  # new_dim: the data variable's first dimension
+
+
+def dates(archive: Archive) -> list[np.datetime64]:
+    """new_dim: each file's date."""
+    days = np.cumsum([0, *archive.gaps])
+    return [np.datetime64("2024-02-27") + np.timedelta64(int(day), "D") for day in days]
+
+
 def write(archive: Archive, folder: Path) -> list[Path]:
     """The archive's files in ``folder`` (written by netCDF4-python)."""
     rng = np.random.default_rng(archive.seed)
+    if archive.join == "new_dim":
+        paths = []
+        for index, (spec, date) in enumerate(zip(archive.files, dates(archive), strict=True)):
+            path = folder / f"f{index:03d}_{str(date).replace('-', '')}.nc"
+            _write_stacked(path, archive, spec, rng, index)
+            paths.append(path)
+        return paths
     first_unit = archive.unit
     step_seconds = UNIT_SECONDS[first_unit] * archive.step[0] / archive.step[1]
     shared_units = f"{first_unit} since {archive.base}"
@@ -239,39 +264,65 @@ def _write_file(path, archive: Archive, spec: FileSpec, units, local, dtype, rng
             name[:] = np.array([f"step {record + i}" for i in range(n)], dtype=object)
 
 
-def _write_data(ds, archive: Archive, spec: FileSpec, rng) -> None:
-    n, packing = spec.records, archive.packing
-    if archive.chunk == 0 and not archive.unlimited:
+def _write_stacked(path: Path, archive: Archive, spec: FileSpec, rng, index: int) -> None:
+    """new_dim: one file of a series with no time at all, its date only in its name."""
+    with netCDF4.Dataset(path, "w") as ds:
+        ds.history = f"written for file {path.name}"
+        ds.createDimension("y", Y)
+        ds.createDimension("x", X)
+        x = ds.createVariable("x", "f4", ("x",))
+        x[:] = np.arange(X, dtype="f4") * 0.5
+        _write_data(ds, archive, spec, rng, ("y", "x"))
+        if spec.has_extra:
+            extra = ds.createVariable("extra", "f8", ("y",))
+            extra[:] = np.arange(Y) + index
+        if archive.group:
+            group = ds.createGroup("g")
+            w = group.createVariable("w", "f8", ("y",))
+            w.units = "m"
+            w[:] = rng.normal(size=Y)
+        if archive.text:
+            ds.createDimension("nchar", 4)
+            label = ds.createVariable("label", "S1", ("y", "nchar"))
+            label[:] = netCDF4.stringtochar(np.array([f"r{index}{i}" for i in range(Y)], dtype="S4"))
+            name = ds.createVariable("name", str, ("y",))
+            name[:] = np.array([f"step {index} {i}" for i in range(Y)], dtype=object)
+
+
+def _write_data(ds, archive: Archive, spec: FileSpec, rng, dims=("time", "x")) -> None:
+    n, packing = (spec.records if dims[0] == "time" else Y), archive.packing
+    if archive.chunk == 0 and not (archive.unlimited and dims[0] == "time"):
         chunking = {"contiguous": True}
     else:  # a fixed dimension holds chunks no longer than itself; an unlimited one needs chunks
         length = archive.chunk or 2
-        chunking = {"chunksizes": (min(length, n) if not archive.unlimited else length, X)}
+        fixed = not archive.unlimited or dims[0] != "time"
+        chunking = {"chunksizes": (min(length, n) if fixed else length, X)}
     decoded = rng.normal(15, 5, size=(n, X))
     mask = rng.random((n, X)) < 0.2 if archive.masked else np.zeros((n, X), dtype=bool)
     if packing in ("same", "differ"):
-        v = ds.createVariable("v", "i2", ("time", "x"), fill_value=-32768, zlib="chunksizes" in chunking,
+        v = ds.createVariable("v", "i2", dims, fill_value=-32768, zlib="chunksizes" in chunking,
                               **chunking)  # fmt: skip
         v.scale_factor = np.float32(spec.scale)
         v.add_offset = np.float32(20)
         raw = np.round((decoded - 20) / spec.scale).clip(-32000, 32000).astype("i2")
         raw[mask] = -32768
     elif packing == "unsigned":
-        v = ds.createVariable("v", "i2", ("time", "x"), fill_value=-1, **chunking)
+        v = ds.createVariable("v", "i2", dims, fill_value=-1, **chunking)
         v._Unsigned = "true"
         raw = rng.integers(-32768, 32767, size=(n, X)).astype("i2")
         raw[raw == -1] = 0
         raw[mask] = -1
     elif packing == "missing_value":
-        v = ds.createVariable("v", "f4", ("time", "x"), **chunking)
+        v = ds.createVariable("v", "f4", dims, **chunking)
         v.missing_value = np.float32(-999)
         raw = decoded.astype("f4")
         raw[mask] = -999
     elif packing == "dtypes":
-        v = ds.createVariable("v", spec.v_dtype, ("time", "x"), **chunking)
+        v = ds.createVariable("v", spec.v_dtype, dims, **chunking)
         raw = (decoded * 10).astype(spec.v_dtype)
     else:
         fill = {"fill_value": np.float32(-1e30)} if packing == "fill" else {}
-        v = ds.createVariable("v", "f4", ("time", "x"), **chunking, **fill)
+        v = ds.createVariable("v", "f4", dims, **chunking, **fill)
         raw = decoded.astype("f4")
         if packing == "fill":
             raw[mask] = -1e30
@@ -324,7 +375,9 @@ def build(archive: Archive, files: list[Path], folder: Path, name: str = "archiv
             group = files[start:stop]
             before = snapshot(destination) if step else {}
             try:
-                if step == 0:
+                if step == 0 and archive.join == "new_dim":
+                    virtualize(group, url_of(destination), new_dim=NEW_DIM)
+                elif step == 0:
                     virtualize(group, url_of(destination), concat="time")
                 else:
                     virtualize(group, url_of(destination), append=True)
@@ -350,14 +403,21 @@ def _cf_bounds(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
-def oracle(files: list[Path], group: str | None = None, **options) -> xr.Dataset:
+def oracle(files: list[Path], group: str | None = None, join: str = "concat") -> xr.Dataset:
+    """What xarray makes of ``files``: ``open_mfdataset``'s steps (each file opened with the netcdf4 engine
+    and decoded with its own attributes, then joined along ``time``), or for new_dim ``xr.concat`` of the
+    files along a ``time`` index of the dates in their names."""
     opened = [
-        xr.decode_cf(
-            _cf_bounds(xr.open_dataset(f, engine="netcdf4", group=group, decode_cf=False)), **options
-        )
+        xr.decode_cf(_cf_bounds(xr.open_dataset(f, engine="netcdf4", group=group, decode_cf=False)))
         for f in files
     ]
     try:
+        if join == "new_dim":
+            days = [np.datetime64(f"{f.stem[-8:-4]}-{f.stem[-4:-2]}-{f.stem[-2:]}", "ns") for f in files]
+            return xr.concat(
+                opened, dim=pd.Index(days, name="time"), data_vars="all", coords="minimal",
+                compat="override", combine_attrs="override",
+            ).load()  # fmt: skip
         return xr.combine_nested(
             opened, concat_dim="time", data_vars="minimal", coords="minimal", compat="override",
             combine_attrs="override",
@@ -375,10 +435,12 @@ def ours(destination: Path, group: str | None = None, **options) -> xr.Dataset:
 DECODING = ("scale_factor", "add_offset", "_FillValue", "missing_value", "_Unsigned", "units", "calendar")
 
 
-def check_values(built: Built, group: str | None = None) -> None:
+def check_values(built: Built, group: str | None = None, join: str = "concat") -> None:
     """The dataset equals the oracle's joining of its files: dims, every variable's decoded values, and
     the decoded dtype (so packing attributes kept their types)."""
-    expected = oracle(built.files, group)
+    expected = oracle(built.files, group, join)
+    if group is not None and join == "new_dim":
+        expected = expected.drop_vars("time")  # a group's variables use the root's time (checked there)
     got = ours(built.destination, group)
     assert dict(got.sizes) == dict(expected.sizes), f"dims {dict(got.sizes)} != {dict(expected.sizes)}"
     for name, variable in expected.variables.items():
@@ -392,6 +454,71 @@ def check_values(built: Built, group: str | None = None) -> None:
             assert np.array_equal(mine.values, variable.values), f"{name}: {mine.values} != {variable.values}"
 
 
+def _meaning(ds: xr.Dataset, name: str) -> dict:
+    """The attributes that decide what ``name``'s numbers mean in one file: a bounds variable's units and
+    calendar are its coordinate's where it has none."""
+    attrs = dict(ds.variables[name].attrs)
+    time = ds.variables.get("time")
+    if time is not None and name in (time.attrs.get("bounds"), time.attrs.get("climatology")):
+        for attribute in ("units", "calendar"):
+            if attribute in time.attrs:
+                attrs.setdefault(attribute, time.attrs[attribute])
+    return attrs
+
+
+def _same_encoding(parts: list[xr.Dataset], name: str) -> bool:
+    first, meaning = parts[0].variables[name], _meaning(parts[0], name)
+    for part in parts[1:]:
+        theirs = _meaning(part, name)
+        if part.variables[name].dtype != first.dtype:
+            return False
+        if not all(_same_attribute(theirs.get(a), meaning.get(a)) for a in DECODING):
+            return False
+    return True
+
+
+def _same_attribute(a: object, b: object) -> bool:
+    if a is None or b is None or isinstance(a, str) or isinstance(b, str):
+        return a == b
+    x, y = np.asarray(a), np.asarray(b)
+    return x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+
+
+def check_raw(built: Built, group: str | None = None) -> None:
+    """Variables every file encodes alike are stored as the files store them: the same raw values (the
+    files' concatenated along time, else the first file's) and the same attributes that change decoding
+    (with their types)."""
+    got = open_ours(built.destination, group=group, decode_cf=False)
+    parts = [xr.open_dataset(f, engine="netcdf4", group=group, decode_cf=False) for f in built.files]
+    try:
+        for name, variable in got.variables.items():
+            holding = [part for part in parts if name in part.variables]
+            if not holding or not _same_encoding(holding, name):  # new_dim's time is in no file
+                continue
+            mine = [part.variables[name] for part in holding]
+            if "time" in mine[0].dims:
+                expected = xr.Variable.concat(mine, dim="time")
+            elif "time" in variable.dims:  # new_dim: stacked along the new leading dimension
+                expected = xr.Variable.concat(
+                    [part.set_dims({"time": 1, **part.sizes}) for part in mine], "time"
+                )
+            else:
+                expected = mine[0]
+            assert variable.dtype == expected.dtype, f"{name}: raw dtype {variable.dtype} != {expected.dtype}"
+            assert np.array_equal(variable.values, expected.values, equal_nan=variable.dtype.kind == "f"), (
+                f"{name}: raw values differ"
+            )
+            for attribute in DECODING:
+                if attribute in ("_FillValue", "calendar") and attribute not in expected.attrs:
+                    continue  # a fill value or calendar a file does not state may be stated: the default
+                assert _same_attribute(variable.attrs.get(attribute), expected.attrs.get(attribute)), (
+                    f"{name}: {attribute} {variable.attrs.get(attribute)!r} != {expected.attrs[attribute]!r}"
+                )
+    finally:
+        for part in parts:
+            part.close()
+
+
 def check_refusal(built: Built) -> str:
     """A refusal is one the README states and names a file: returns its class."""
     error = built.refusal
@@ -400,6 +527,7 @@ def check_refusal(built: Built) -> str:
     assert any(name in text for name in names) or str(built.destination) in text, f"no file named: {text}"
     for reason, pattern in ALLOWED_REFUSALS.items():
         if re.search(pattern, text):
+            REFUSALS_SEEN.setdefault(reason, text)
             return reason
     raise AssertionError(f"refused for a reason the README does not give: {text}")
 
@@ -419,11 +547,13 @@ def check(archive: Archive, folder: Path) -> str:
     if built.refusal is not None:
         reason = check_refusal(built)
         if built.files:
-            check_values(built)
+            check_values(built, join=archive.join)
         return f"refused: {reason}"
-    check_values(built)
+    check_values(built, join=archive.join)
+    check_raw(built)
     if archive.group:
-        check_values(built, "g")
+        check_values(built, "g", archive.join)
+        check_raw(built, "g")
     if archive.splits:
         whole = Archive(**{**archive.__dict__, "splits": []})
         all_at_once = build(whole, files, folder, name="whole")

@@ -47,6 +47,12 @@ PACKED_F4_INTO_ICECHUNK = Archive(  # float32 scale_factor kept float32 in Zarr 
     splits=[1, 2], output=".icechunk",
 )  # fmt: skip
 
+NEW_DIM_GROUP_INTO_ICECHUNK = Archive(  # a series stacked by date, a group's variable along the new time
+    _files(*[(1, "i4", "days", False, "360_day", 0.01, "f4", True)] * 2), "1900-01-01 00:00:00", (6, 1),
+    "bounds_units", "dtypes", 2, False, True, False, True, 30, splits=[1], output=".icechunk",
+    join="new_dim", gaps=[2],
+)  # fmt: skip
+
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(archives())
@@ -55,6 +61,7 @@ PACKED_F4_INTO_ICECHUNK = Archive(  # float32 scale_factor kept float32 in Zarr 
 @example(LONGER_STRINGS_APPENDED)
 @example(GROUP_INTO_ICECHUNK)
 @example(PACKED_F4_INTO_ICECHUNK)
+@example(NEW_DIM_GROUP_INTO_ICECHUNK)
 def test_generated_archives_join_and_append_as_xarray_joins_their_files(archive):
     with tempfile.TemporaryDirectory() as folder:
         check(archive, Path(folder))

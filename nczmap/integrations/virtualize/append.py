@@ -170,25 +170,25 @@ def existing_file(dataset: Group, source: str, join: Join, like: Group | None = 
 
 def _place_dimensions(root: Group, like: Group) -> None:
     """Pure Zarr names a variable's dimensions but not the group defining them, so a variable of ``/g``
-    along ``time`` reads as using a dimension ``/g/time``; where the new file's ``/g`` has no ``time`` but
-    an ancestor group has, the variable uses that ancestor's (created if the dataset has no such
-    dimension there, with the same length)."""
+    along ``time`` reads as using a dimension ``/g/time``. Where the new file's ``/g`` defines no ``time``,
+    the variable uses the dataset's ``time`` of an ancestor group (of the same length), else the one the
+    new file's ``/g`` means (created in the dataset with the same length)."""
     for group in list(root.walk()):
         twin = find_group(like, group.path)
         if group.parent is None or twin is None:
             continue
         for name in [n for n in group.dimensions if n not in twin.dimensions]:
-            theirs = twin.lookup_dimension(name)
-            if theirs is None or theirs.group is None:
-                continue
-            target = find_group(root, theirs.group.path)
-            mine = group.dimensions.pop(name)
-            held = target.dimensions.get(name) if target is not None else None
-            if target is None or (held is not None and held.size != mine.size):
-                group.dimensions[name] = mine  # not the same dimension: the checks name the difference
-                continue
+            mine = group.dimensions[name]
+            held = group.parent.lookup_dimension(name)
             if held is None:
+                theirs = twin.lookup_dimension(name)
+                target = find_group(root, theirs.group.path) if theirs is not None and theirs.group else None
+                if target is None:
+                    continue
                 held = target.dimensions[name] = Dimension(name, mine.size, mine.unlimited, target)
+            if held.size != mine.size:
+                continue  # not the same dimension: the checks name the difference
+            del group.dimensions[name]
             for inner in group.walk():
                 for variable in inner.variables.values():
                     variable.dims = tuple(held if d is mine else d for d in variable.dims)
