@@ -596,6 +596,14 @@ def _write_new_values(variable: SourceVariable, dest, result) -> None:
         length = values.shape[axis]
         region = [slice(None)] * values.ndim
         region[axis] = slice(start, start + length)
-        dest[tuple(region)] = values
+        try:
+            if start + length > dest.shape[axis]:
+                raise ValueError(f"{length} steps from {start} along axis {axis}")
+            dest[tuple(region)] = values
+        except ValueError as error:  # never a bare numpy error, never a dimension grown by a write
+            raise FormatError(
+                f"{storage.source} cannot be appended: its {variable.key!r} of shape {values.shape} does not "
+                f"fit the dataset's {tuple(dest.shape)} ({error})"
+            ) from None
         start += length
     result.loaded.append(variable.key)
