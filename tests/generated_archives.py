@@ -42,16 +42,18 @@ UNIT_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 CALENDARS = ("standard", "proleptic_gregorian", "noleap", "360_day", "julian")
 BASES = ("1981-01-01", "1900-01-01 00:00:00", "2001-03-01 06:00")
 TIME_DTYPES = ("i2", "i4", "i8", "f4", "f8")
-PACKINGS = ("plain", "fill", "same", "differ", "missing_value", "unsigned", "dtypes")
+PACKINGS = ("plain", "fill", "fills", "same", "differ", "missing_value", "unsigned", "dtypes")
 X = 3  # the data variable's second dimension
 
 # Refusals the README states (a file, a variable and the attribute named), by the words that tell them
-ALLOWED_REFUSALS = {
-    "a variable missing from a file": r"variables of '[^']*' differ \(missing",
-    "an append's type": r"the new files store it as \S+, which \S+ cannot hold",
-    "calendars differ": r"calendar",
-    "fills among re-encoded times": r"fill values among times",
-    "an append's encoding": r"an append adds values in the dataset's own encoding",
+ALLOWED_REFUSALS = {  # each names the variable, and the attribute where one is the cause
+    "a variable missing from a file": r"variables of '[^']*' differ \(missing \['\w+'\]",
+    "calendars differ": r"variable '[^']+' has calendar '[^']+' there but '[^']+'",
+    "fills among re-encoded times": r"'[^']+' of \S+ holds fill values among times",
+    "an append's encoding": r"variable '[^']+' has (scale_factor|add_offset|_FillValue|missing_value"
+    r"|_Unsigned|dtype) .* an append adds values in the dataset's own encoding",
+    "an append's type": r"its variable '[^']+' cannot be virtualized \(the new files store it as \S+, "
+    r"which \S+ cannot hold",
 }
 
 
@@ -135,7 +137,7 @@ def archives(draw, outputs=(".json", ".parq", ".icechunk")) -> Archive:
                 unit=draw(st.sampled_from(tuple(UNIT_SECONDS))) if per_file and index else unit,
                 per_file=per_file,
                 calendar=calendars[index],
-                scale=draw(st.sampled_from((0.01, 0.02, 0.5))) if packing == "differ" else 0.01,
+                scale=draw(st.sampled_from((0.01, 0.02, 0.5))) if packing in ("differ", "fills") else 0.01,
                 v_dtype=draw(st.sampled_from(("f4", "f8", "i4"))) if packing == "dtypes" else "f4",
                 has_extra=not (missing and index and draw(st.booleans())),
             )
@@ -320,12 +322,13 @@ def _write_data(ds, archive: Archive, spec: FileSpec, rng, dims=("time", "x")) -
     elif packing == "dtypes":
         v = ds.createVariable("v", spec.v_dtype, dims, **chunking)
         raw = (decoded * 10).astype(spec.v_dtype)
-    else:
-        fill = {"fill_value": np.float32(-1e30)} if packing == "fill" else {}
+    else:  # "fills": each file its own _FillValue (chosen by its scale)
+        number = {0.01: -1e30, 0.02: -999.0, 0.5: 9.96921e36}[spec.scale] if packing == "fills" else -1e30
+        fill = {"fill_value": np.float32(number)} if packing in ("fill", "fills") else {}
         v = ds.createVariable("v", "f4", dims, **chunking, **fill)
         raw = decoded.astype("f4")
-        if packing == "fill":
-            raw[mask] = -1e30
+        if packing in ("fill", "fills"):
+            raw[mask] = number
     v.units = "K"
     v.set_auto_maskandscale(False)
     v[:] = raw
