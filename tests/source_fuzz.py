@@ -34,6 +34,7 @@ import os
 import pickle
 import queue
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -433,7 +434,10 @@ def _run_child(
         str(time_limit),
     ]
     with open(log, "wb") as errors:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, cwd=scratch)
+        # its own process group: the pools a case starts in it (process pool workers) are killed with it
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=errors, cwd=scratch, start_new_session=True
+        )
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_forward, args=(child.stdout, lines), daemon=True)
     reader.start()
@@ -459,8 +463,8 @@ def _run_child(
             if message["index"] == len(cases) - 1:
                 return results
     finally:
-        if child.poll() is None:
-            child.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # the child and whatever it started
         child.wait()
         reader.join(5)
     if current is None:
