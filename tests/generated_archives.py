@@ -250,20 +250,7 @@ def _write_file(path, archive: Archive, spec: FileSpec, units, local, dtype, rng
         x = ds.createVariable("x", "f4", ("x",))
         x[:] = np.arange(X, dtype="f4") * 0.5
         _write_data(ds, archive, spec, rng)
-        if spec.has_extra:
-            extra = ds.createVariable("extra", "f8", ("time",))
-            extra[:] = np.arange(n) + record
-        if archive.group:
-            group = ds.createGroup("g")
-            w = group.createVariable("w", "f8", ("time",))
-            w.units = "m"
-            w[:] = rng.normal(size=n)
-        if archive.text:
-            ds.createDimension("nchar", 4)
-            label = ds.createVariable("label", "S1", ("time", "nchar"))
-            label[:] = netCDF4.stringtochar(np.array([f"r{record + i}" for i in range(n)], dtype="S4"))
-            name = ds.createVariable("name", str, ("time",))
-            name[:] = np.array([f"step {record + i}" for i in range(n)], dtype=object)
+        _write_companions(ds, archive, spec, rng, "time", [f"{record + i}" for i in range(n)])
 
 
 def _write_stacked(path: Path, archive: Archive, spec: FileSpec, rng, index: int) -> None:
@@ -275,20 +262,27 @@ def _write_stacked(path: Path, archive: Archive, spec: FileSpec, rng, index: int
         x = ds.createVariable("x", "f4", ("x",))
         x[:] = np.arange(X, dtype="f4") * 0.5
         _write_data(ds, archive, spec, rng, ("y", "x"))
-        if spec.has_extra:
-            extra = ds.createVariable("extra", "f8", ("y",))
-            extra[:] = np.arange(Y) + index
-        if archive.group:
-            group = ds.createGroup("g")
-            w = group.createVariable("w", "f8", ("y",))
-            w.units = "m"
-            w[:] = rng.normal(size=Y)
-        if archive.text:
-            ds.createDimension("nchar", 4)
-            label = ds.createVariable("label", "S1", ("y", "nchar"))
-            label[:] = netCDF4.stringtochar(np.array([f"r{index}{i}" for i in range(Y)], dtype="S4"))
-            name = ds.createVariable("name", str, ("y",))
-            name[:] = np.array([f"step {index} {i}" for i in range(Y)], dtype=object)
+        _write_companions(ds, archive, spec, rng, "y", [f"{index}{i}" for i in range(Y)])
+
+
+def _write_companions(ds, archive: Archive, spec: FileSpec, rng, dim: str, steps: list[str]) -> None:
+    """The variables along ``dim`` beside the data: one some files lack, one in a group, char and string
+    text (``steps`` name each step)."""
+    n = len(steps)
+    if spec.has_extra:
+        extra = ds.createVariable("extra", "f8", (dim,))
+        extra[:] = np.array([float(step) for step in steps])
+    if archive.group:
+        group = ds.createGroup("g")
+        w = group.createVariable("w", "f8", (dim,))
+        w.units = "m"
+        w[:] = rng.normal(size=n)
+    if archive.text:
+        ds.createDimension("nchar", 4)
+        label = ds.createVariable("label", "S1", (dim, "nchar"))
+        label[:] = netCDF4.stringtochar(np.array([f"r{step}" for step in steps], dtype="S4"))
+        name = ds.createVariable("name", str, (dim,))
+        name[:] = np.array([f"step {step}" for step in steps], dtype=object)
 
 
 def _write_data(ds, archive: Archive, spec: FileSpec, rng, dims=("time", "x")) -> None:
