@@ -700,8 +700,9 @@ def _names(info: dict, keys: tuple[str, ...], where: str) -> list[str]:
 
 
 def _int_list(value: object) -> bool:
-    """A list of sizes numpy can index (netCDF's are size_t, but nothing past 2**63 can be read)."""
-    return isinstance(value, list) and all(isinstance(v, int) and 0 <= v < 2**63 for v in value)
+    """A list of sizes numpy can index (netCDF's are size_t, but nothing past 2**63 can be read); JSON's
+    ``true`` is no size, though Python's bool is an int."""
+    return isinstance(value, list) and all(type(v) is int and 0 <= v < 2**63 for v in value)
 
 
 def _join(key: str, name: str) -> str:

@@ -28,6 +28,7 @@ from nczmap.errors import FormatError
 from nczmap.manifest import kerchunk_scan
 from nczmap.manifest.model import (
     MAX_CHUNKS,
+    MAX_OFFSET,
     WHOLE,
     ArrayReferences,
     Manifest,
@@ -117,6 +118,7 @@ def _from_document(document: object, where: str, tabulate: bool = True) -> Manif
     version = document.get("version")
     if version is None:
         manifest = Manifest()
+        manifest.where = where
         manifest.entries = _checked_refs(document, where)
         if tabulate:
             _tabulate(manifest)
@@ -133,6 +135,7 @@ def _from_document(document: object, where: str, tabulate: bool = True) -> Manif
     if not isinstance(templates, dict) or not all(isinstance(v, str) for v in templates.values()):
         raise FormatError(f"{where}: 'templates' must be an object of strings")
     manifest = Manifest(templates)
+    manifest.where = where
     manifest.entries = _checked_refs(document.get("refs") or {}, where)
     del document  # the parsed references are let go as they are tabulated
     if tabulate:
@@ -286,7 +289,12 @@ def _slow_columns(values: list):
 
 
 def _is_range(offset: object, length: object) -> bool:
-    return type(offset) is int and type(length) is int and 0 <= offset < 1 << 63 and 0 <= length < 1 << 63
+    return (
+        type(offset) is int
+        and type(length) is int
+        and 0 <= offset <= MAX_OFFSET
+        and 0 <= length <= MAX_OFFSET
+    )
 
 
 def _checked_refs(refs: object, where: str) -> dict[str, object]:

@@ -146,6 +146,7 @@ def load(
         )
 
     manifest = Manifest()
+    manifest.where = where
     manifest.record_size = record_size
     grids: dict[str, tuple[int, ...]] = {}
     for key, value in document["metadata"].items():
@@ -281,8 +282,10 @@ def _decode_record(data: bytes, place: str, need: int, record_size: int) -> _Rec
         if "path" in columns:
             offsets = _integers(columns["offset"], place)[:need]
             sizes = _integers(columns["size"], place)[:need]
+            unset = (_nulls(columns["offset"]) | _nulls(columns["size"]))[:need]
         else:
             offsets = sizes = np.zeros(need, dtype=np.int64)
+            unset = np.zeros(need, dtype=bool)
     except (pa.ArrowException, ValueError, TypeError, OSError, IndexError) as exc:
         raise FormatError(f"{place} is not a readable kerchunk reference record: {exc}") from None
     rows = rows[:need]
@@ -291,6 +294,9 @@ def _decode_record(data: bytes, place: str, need: int, record_size: int) -> _Rec
     named = rows >= 0
     if (offsets[named] < 0).any() or (sizes[named] < 0).any():
         raise FormatError(f"{place}: a reference has a negative offset or size")
+    if (unset & named).any():  # read as 0 they would make a whole-object reference of a range
+        row = int(np.flatnonzero(unset & named)[0])
+        raise FormatError(f"{place}: row {row} is a reference without an offset or size (null)")
     return _Record(urls, rows, offsets, sizes, inline)
 
 
@@ -420,6 +426,12 @@ def _integers(column, place: str) -> np.ndarray:
             values[~_validity(chunk)] = 0
         parts.append(values)
     return np.concatenate(parts) if len(parts) != 1 else parts[0]
+
+
+def _nulls(column) -> np.ndarray:
+    """Which rows of a column (a ChunkedArray) are null."""
+    parts = [~_validity(chunk) for chunk in column.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def _raw_bytes(value: object, place: str) -> bytes:

@@ -32,6 +32,7 @@ from nczmap._lazy import numpy as np
 from nczmap.errors import FormatError
 
 WHOLE = -1  # a reference's length when it names a whole object
+MAX_OFFSET = (1 << 63) - 1  # the largest offset or length of a reference (int64 columns, off_t)
 MISSING, INLINE = -1, -2  # URL numbers of a page that are not URLs
 MAX_CHUNKS = 1 << 62  # chunk numbers are int64 in memory: a grid of more chunks is kept loose (JSON)
 CACHE_ROWS = 2_000_000  # rows of loaded pages (record files) a manifest keeps, about 40 MB
@@ -618,6 +619,7 @@ class Manifest:
         self.checksums: dict[str, int] = {}  # key -> crc32c of the bytes its reference names (optional)
         self.virtualize: object = None  # how virtualize made it (for appends; see virtualize.append)
         self.cache = PageCache()  # pages of every table loaded on demand
+        self.where = ""  # the manifest's location, named in the errors of its values ("": a new one)
         self._sorted: list[str] | None = None
 
     # ----------------------------------------------------------------- lookup
@@ -628,8 +630,17 @@ class Manifest:
             table, flat = self._chunk(key)
             return None if table is None else table.get(flat)
         if not isinstance(value, bytes | Reference):
-            value = self.entries[key] = resolve(value, key, self.templates)
+            value = self.entries[key] = self._resolved(value, key)
         return value
+
+    def _resolved(self, value: object, key: str) -> Entry:
+        """:func:`resolve` of a loose value, its error naming the manifest too."""
+        try:
+            return resolve(value, key, self.templates)
+        except FormatError as exc:
+            if not self.where:
+                raise
+            raise FormatError(f"{self.where}: {exc}") from None
 
     def get_many(self, keys: Sequence[str]) -> list[Entry | None]:
         """:meth:`get` of every key."""
@@ -911,8 +922,13 @@ def resolve(value: object, key: str, templates: dict[str, str]) -> Entry:
     if type(value) is list:  # the common case first: a million of these may be resolved in a read
         if len(value) == 3:
             url, offset, length = value
-            if type(url) is str and type(offset) is int and type(length) is int and offset >= 0 <= length:
-                return Reference(checked_url(expand(url, templates, key), key), offset, length)
+            if type(url) is str and type(offset) is int and type(length) is int:
+                if 0 <= offset <= MAX_OFFSET and 0 <= length <= MAX_OFFSET:
+                    return Reference(checked_url(expand(url, templates, key), key), offset, length)
+                raise FormatError(
+                    f"manifest key {key!r}: {str(value)[:200]!r} is not a kerchunk reference: its offset and "
+                    "length must be from 0 to 2**63 - 1"
+                )
         elif len(value) == 1 and type(value[0]) is str:
             return Reference(checked_url(expand(value[0], templates, key), key))
     elif isinstance(value, str):
