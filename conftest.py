@@ -24,6 +24,8 @@ settings.load_profile(os.environ.get("NCZMAP_HYPOTHESIS", "ci"))
 
 # ------------------------------------------------------------------------------- no process outlives
 SESSION_MARK = "NCZMAP_TEST_SESSION"
+# helpers multiprocessing starts for this process, which end when it ends (they watch its pipe)
+ENDS_WITH_US = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
 
 
 def _marked_processes(mark: str) -> list[tuple[int, str]]:
@@ -39,6 +41,8 @@ def _marked_processes(mark: str) -> list[tuple[int, str]]:
             with open(f"/proc/{entry}/cmdline", "rb") as handle:
                 command = handle.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
+            continue
+        if any(helper in command for helper in ENDS_WITH_US):
             continue
         if f"{SESSION_MARK}={mark}".encode() in environ.split(b"\0") and command:
             found.append((int(entry), command))

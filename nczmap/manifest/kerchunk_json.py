@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from itertools import compress, repeat
 from operator import getitem, itemgetter, not_
 
@@ -321,9 +322,17 @@ def dump(manifest: Manifest) -> bytes:
     return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # not text; \t \n \r are JSON's whitespace
+
+
 def _inline_value(data: bytes) -> str:
+    """Inline bytes as text when they are printable UTF-8 text (metadata), else ``base64:``: GDAL's
+    reference parser (and kerchunk's) cuts a JSON string at its first NUL, so raw chunk bytes that happen
+    to be UTF-8 (small integers: a series' ``time``) must not be written as text."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         return "base64:" + base64.b64encode(data).decode("ascii")
-    return "base64:" + base64.b64encode(data).decode("ascii") if text.startswith("base64:") else text
+    if text.startswith("base64:") or _CONTROL.search(text):
+        return "base64:" + base64.b64encode(data).decode("ascii")
+    return text
