@@ -48,6 +48,11 @@ pooled connection the server closed. A forked child starts with an empty pool.
 
 References are fetched directly: ``HTTP(S)_PROXY`` variables are not used. ``https`` verifies the server
 with the system's certificate authorities (those Python's ``ssl`` finds, ``SSL_CERT_FILE`` included).
+
+pycurl is loaded by :func:`nczmap.zmap.libcurl.load_pycurl`, bound to its own libcurl whatever the process
+loaded before (ecCodes' wheels make eckit's libcurl 7.61.1 global, and a plain ``import pycurl`` after them
+fails); where it cannot be (see that module), this module still imports, and every reader refuses with
+:class:`~nczmap.zmap.libcurl.ClientUnavailable` naming its URL, the libcurl in the way and what to do.
 """
 
 from __future__ import annotations
@@ -67,11 +72,16 @@ from email.utils import parsedate_to_datetime
 from typing import Generic, NamedTuple, TypeVar
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
-import pycurl
-
 from nczmap._version import __version__
 from nczmap.errors import AccessDenied, NCZError, StorageError
 from nczmap.zmap.byteranges import DEFAULT_POLICY, RequestPolicy, merge_ranges, run_concurrently
+from nczmap.zmap.libcurl import ClientUnavailable, load_pycurl
+
+try:
+    pycurl = load_pycurl()
+    _UNAVAILABLE: ClientUnavailable | None = None
+except ClientUnavailable as exc:  # refused by each reader, naming its URL
+    pycurl, _UNAVAILABLE = None, exc
 
 CONNECT_TIMEOUT = 5.0  # seconds, as byteranges.CLIENT_OPTIONS
 READ_TIMEOUT = 15.0  # the longest wait for any progress (the deadline bounds the whole request)
@@ -132,6 +142,8 @@ class HttpReader:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r} is not an http(s) URL")
+        if _UNAVAILABLE is not None:
+            raise ClientUnavailable(f"cannot read {url}: {_UNAVAILABLE}")
         self.url = url
         self.headers = _checked_headers(headers or {})
         if not any(name.lower() == "user-agent" for name in self.headers):
@@ -550,6 +562,8 @@ def fetch_each(
     which retries and names the failure). ``answered(index, result)`` is called as each ends, while the
     others go on; when it returns False, no request is started after those under way (the others' results
     stay None)."""
+    if not requests:
+        return []
     results: list[bytes | NCZError | None] = [None] * len(requests)
     waiting = deque(enumerate(requests))
     running: dict[pycurl.Curl, tuple[int, HttpReader, _Transfer]] = {}
@@ -780,11 +794,7 @@ class _Handles:
         self.idle: list[tuple[pycurl.Curl, float]] = []  # oldest first
         self.multis: list[pycurl.CurlMulti] = []  # idle multi handles, with the connections they opened
         self.lock = threading.Lock()
-        # names resolved and TLS sessions, for every handle (not connections: libcurl's shared connection
-        # cache is not safe across threads, its known bug 11.11)
-        self.share = pycurl.CurlShare()
-        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
-        self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
+        self.share: pycurl.CurlShare | None = None  # made with the first handle (pycurl may be unavailable)
 
     def take(self) -> pycurl.Curl:
         with self.lock:
@@ -835,9 +845,19 @@ class _Handles:
         del self.idle[:count]
         return expired
 
+    def _shared(self) -> pycurl.CurlShare:
+        """Names resolved and TLS sessions, for every handle (not connections: libcurl's shared connection
+        cache is not safe across threads, its known bug 11.11)."""
+        with self.lock:
+            if self.share is None:
+                self.share = pycurl.CurlShare()
+                self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_DNS)
+                self.share.setopt(pycurl.SH_SHARE, pycurl.LOCK_DATA_SSL_SESSION)
+            return self.share
+
     def _new(self) -> pycurl.Curl:
         curl = pycurl.Curl()
-        curl.setopt(pycurl.SHARE, self.share)
+        curl.setopt(pycurl.SHARE, self._shared())
         curl.setopt(pycurl.NOSIGNAL, 1)  # threads: timeouts without SIGALRM
         curl.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
         curl.setopt(pycurl.FOLLOWLOCATION, 0)  # redirects are refused (see the module's notes)
@@ -955,19 +975,26 @@ def _milliseconds(seconds: float) -> int:
     return max(1, min(2**31 - 1, math.ceil(seconds * 1000)))
 
 
-# libcurl's failures that another attempt would not mend: the server's certificate, the URL, libcurl itself
-_FATAL_CODES = frozenset(
-    {
-        pycurl.E_UNSUPPORTED_PROTOCOL,
-        pycurl.E_URL_MALFORMAT,
-        pycurl.E_NOT_BUILT_IN,
-        pycurl.E_UNKNOWN_OPTION,
-        pycurl.E_SSL_PEER_CERTIFICATE,
-        pycurl.E_SSL_CERTPROBLEM,
-        pycurl.E_SSL_CACERT_BADFILE,
-        pycurl.E_SSL_ISSUER_ERROR,
-        pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
-        pycurl.E_SSL_INVALIDCERTSTATUS,
-        pycurl.E_OUT_OF_MEMORY,
-    }
-)
+def _fatal_codes() -> frozenset[int]:
+    """libcurl's failures that another attempt would not mend: the server's certificate, the URL, libcurl
+    itself (none without pycurl: no reader is made)."""
+    if pycurl is None:
+        return frozenset()
+    return frozenset(
+        {
+            pycurl.E_UNSUPPORTED_PROTOCOL,
+            pycurl.E_URL_MALFORMAT,
+            pycurl.E_NOT_BUILT_IN,
+            pycurl.E_UNKNOWN_OPTION,
+            pycurl.E_SSL_PEER_CERTIFICATE,
+            pycurl.E_SSL_CERTPROBLEM,
+            pycurl.E_SSL_CACERT_BADFILE,
+            pycurl.E_SSL_ISSUER_ERROR,
+            pycurl.E_SSL_PINNEDPUBKEYNOTMATCH,
+            pycurl.E_SSL_INVALIDCERTSTATUS,
+            pycurl.E_OUT_OF_MEMORY,
+        }
+    )
+
+
+_FATAL_CODES = _fatal_codes()
