@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -38,8 +39,10 @@ class RequestPolicy:
     timeout or a passed deadline) is retried up to ``attempts`` attempts in all, after an exponential
     back-off with full jitter (a random wait up to ``backoff`` seconds, doubling each time up to
     ``max_backoff``), or after the time a ``Retry-After`` answer asks for; no attempt starts more than
-    ``budget`` seconds after the first. Other 4xx answers are never retried. Picklable (sources carry it to
-    other processes).
+    ``budget`` seconds after the source's first failed attempt (since its last success): the budget is the
+    source's, shared by all its requests (:class:`Failures`), so a source stuck from its first request
+    fails within ``budget`` plus one request's deadline of it, whatever path reads it. Other 4xx answers are
+    never retried. Picklable (sources carry it to other processes).
     """
 
     deadline: float = 30.0
@@ -69,6 +72,88 @@ class RequestPolicy:
 
 
 DEFAULT_POLICY = RequestPolicy()
+
+
+class _Streak:
+    """A source's failed attempts since its last success: when the first of them began, when the last
+    ended, how many, the last one's message, and whether the source was given up."""
+
+    __slots__ = ("attempts", "began", "failure", "last", "more", "spent")
+
+    def __init__(self, began: float) -> None:
+        self.began, self.last, self.attempts, self.failure, self.spent = began, began, 0, "", False
+        self.more = False  # some attempts were a client's own retries, not counted
+
+    def tried(self, now: float) -> str:
+        count = f"at least {self.attempts}" if self.more else str(self.attempts)
+        plural = "s" if self.attempts > 1 or self.more else ""
+        return f"{count} attempt{plural} in {now - self.began:.1f} s"
+
+
+class Failures:
+    """The retry budget of each source (a URL), shared by every request made for it, whatever path makes
+    them (first reads made together, parses' reads, reads through a manifest) and however many readers
+    the source has: the budget counts from the start of the source's first failed attempt since its last
+    success, and no attempt of the source starts past it. Once given up, the source's requests fail at
+    once (no request) with the failure that ended it, the attempts and the time spent, until a success or
+    until ``budget`` seconds pass with no request failing (a later run starts afresh). Thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.streaks: dict[str, _Streak] = {}
+
+    def refusal(self, source: str, policy: RequestPolicy, wait: float = 0.0) -> str | None:
+        """None when an attempt may start after ``wait`` seconds; else why the source is given up (the
+        message of its last failure, with the attempts and time spent)."""
+        now = time.monotonic()
+        with self.lock:
+            streak = self.streaks.get(source)
+            if streak is None:
+                return None
+            if now - streak.last > policy.budget:  # left alone that long: a fresh start
+                del self.streaks[source]
+                return None
+            if not streak.spent and now + wait - streak.began <= policy.budget:
+                return None
+            streak.spent = True
+            return f"{streak.failure} ({streak.tried(now)}; the retry budget of {policy.budget:g} s is spent)"
+
+    def failed(
+        self, source: str, began: float, failure: str, spent: bool = False, attempts: int | None = 1
+    ) -> None:
+        """An attempt that began at ``began`` (``time.monotonic()``) failed in a way that may pass (or
+        ``attempts`` of it, a client's retries included; None: at least one, how many unknown); with
+        ``spent``, the source is given up (its client retried it as far as the budget goes)."""
+        now = time.monotonic()
+        with self.lock:
+            streak = self.streaks.get(source)
+            if streak is None:
+                streak = self.streaks[source] = _Streak(began)
+            streak.began = min(streak.began, began)
+            streak.last = max(streak.last, now)
+            streak.attempts += attempts or 1
+            streak.more = streak.more or attempts is None
+            streak.failure = failure
+            streak.spent = streak.spent or spent
+            if len(self.streaks) > 4096:  # forget the oldest
+                for old in sorted(self.streaks, key=lambda key: self.streaks[key].last)[:1024]:
+                    del self.streaks[old]
+
+    def succeeded(self, source: str) -> None:
+        if self.streaks:
+            with self.lock:
+                self.streaks.pop(source, None)
+
+    def summary(self, source: str, failure: str) -> str:
+        """``failure`` with the source's attempts and time spent since its failures began."""
+        with self.lock:
+            streak = self.streaks.get(source)
+            if streak is None or streak.attempts <= 1:
+                return failure
+            return f"{failure} ({streak.tried(time.monotonic())})"
+
+
+FAILURES = Failures()  # the process's sources
 
 
 def run_concurrently(tasks: Sequence[Callable[[], object]], width: int = 16) -> list:
@@ -121,6 +206,7 @@ def _fetchers():
 def _forget_fetchers() -> None:  # in a forked child: the parent's threads are not there
     global _fetch_pool, _fetch_lock
     _fetch_pool, _fetch_lock = None, threading.Lock()
+    FAILURES.lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -212,6 +298,7 @@ CLIENT_OPTIONS = {"timeout": "15s", "connect_timeout": "5s"}  # with the retry l
 RETRY_SECONDS = 10  # obstore's retry_timeout (made a timedelta when a store is built)
 MAX_RETRIES = 2
 POLICY_SPAN = 8 << 20  # an S3 store built for a RequestPolicy times requests out at this range's deadline
+SMALL_SPAN = 1 << 20  # ... and one for shorter reads (first blocks, metadata) at this one's
 DENIED_CODES = ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken")
 _CODE = re.compile(r"<Code>([^<]+)</Code>")
 
@@ -223,6 +310,7 @@ def s3_store(
     region: str | None,
     profile: str | None,
     policy: RequestPolicy | None = None,
+    span: int = POLICY_SPAN,
 ):
     """An obstore ``S3Store`` for ``bucket`` with credentials as netcdf-c finds them.
 
@@ -233,7 +321,8 @@ def s3_store(
     Timeouts and retries: the s3 driver's (:data:`CLIENT_OPTIONS`, :data:`MAX_RETRIES` within
     :data:`RETRY_SECONDS`), or with ``policy`` (sources of virtual datasets) that policy as far as obstore
     takes it: its attempts, back-off and budget, and one overall timeout a request, the deadline of a
-    :data:`POLICY_SPAN` range (obstore has one timeout per store, not one per length; it retries 5xx,
+    ``span`` range (obstore has one timeout per store, not one per length: sources keep a store for reads
+    up to :data:`SMALL_SPAN` and one for the longer ones, up to :data:`POLICY_SPAN`; it retries 5xx,
     dropped connections, bodies cut short and timeouts, but does not read ``Retry-After``).
     """
     try:
@@ -255,7 +344,7 @@ def s3_store(
 
     retries: dict = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS)}
     if policy is not None:
-        client["timeout"] = f"{max(1, round(policy.deadline_for(POLICY_SPAN) * 1000))}ms"
+        client["timeout"] = f"{max(1, round(policy.deadline_for(span) * 1000))}ms"
         client["connect_timeout"] = f"{max(1, round(min(5.0, policy.deadline) * 1000))}ms"
         client["pool_max_idle_per_host"] = "64"
         retries = {

@@ -32,7 +32,12 @@ every two seconds included); a connection is waited for at most :data:`CONNECT_T
 that makes no progress for :data:`READ_TIMEOUT` ends. 5xx, 408 and 429 answers, refused or reset
 connections, bodies cut short, timeouts and passed deadlines are retried (:data:`MAX_RETRIES` times by
 default) with exponential back-off and jitter, or after the ``Retry-After`` the server asks for, within
-the policy's budget; other 4xx answers are not retried. Bodies are read into a buffer of the requested
+the policy's budget; other 4xx answers are not retried. The budget is the URL's, not a request's
+(:data:`~nczmap.zmap.byteranges.FAILURES`): it counts from the start of the URL's first failed attempt
+since its last success, every request for it shares it (the first reads :func:`fetch_each` makes, the
+parses' reads, a manifest's HEAD and GETs, whatever reader makes them), and once it is spent the URL's
+requests fail at once, with the last failure, the attempts and the time spent: a URL that stops answering
+fails within the budget plus one request's deadline. Bodies are read into a buffer of the requested
 length: a ``Content-Length`` other than that is refused before any of the body is taken, and a body
 without one that runs past it is an error at the first byte too many.
 
@@ -74,7 +79,13 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from nczmap._version import __version__
 from nczmap.errors import AccessDenied, NCZError, StorageError
-from nczmap.zmap.byteranges import DEFAULT_POLICY, RequestPolicy, merge_ranges, run_concurrently
+from nczmap.zmap.byteranges import (
+    DEFAULT_POLICY,
+    FAILURES,
+    RequestPolicy,
+    merge_ranges,
+    run_concurrently,
+)
 from nczmap.zmap.libcurl import ClientUnavailable, load_pycurl
 
 try:
@@ -278,30 +289,37 @@ class HttpReader:
         return {}
 
     def _exchange(self, method: str, headers: dict[str, str], parse: Parse[T], what: str, length: int) -> T:
-        """One request, answered and parsed, retried when that may help (see the module's notes)."""
+        """One request, answered and parsed, retried when that may help (see the module's notes): up to
+        the policy's attempts, within the source's retry budget (shared by all its requests:
+        :data:`~nczmap.zmap.byteranges.FAILURES`)."""
         policy = self.policy
         lines = self._lines(headers)
-        began, attempt = time.monotonic(), 0
+        attempt, wait = 0, 0.0
         while True:
+            refusal = FAILURES.refusal(self.url, policy, wait)
+            if refusal is not None:
+                raise StorageError(refusal)
+            if wait:
+                time.sleep(wait)
             limit = policy.deadline_for(length)
             curl = _HANDLES.take()
+            began = time.monotonic()
             try:
                 with self._lock:
                     self.requests += 1
-                return self._attempt(curl, method, lines, parse, what, limit)
+                result = self._attempt(curl, method, lines, parse, what, limit)
             except _Transient as exc:
                 failure = exc
+            else:
+                FAILURES.succeeded(self.url)
+                return result
             finally:
                 _HANDLES.give(curl)
             attempt += 1
-            wait = policy.wait(attempt)
-            if failure.retry_after is not None:
-                wait = failure.retry_after
-            spent = time.monotonic() - began
-            if attempt >= policy.attempts or spent + wait > policy.budget:
-                tried = f" ({attempt} attempts in {spent:.1f} s)" if attempt > 1 else ""
-                raise StorageError(f"{failure}{tried}") from failure.__cause__
-            time.sleep(wait)
+            FAILURES.failed(self.url, began, str(failure))
+            wait = policy.wait(attempt) if failure.retry_after is None else failure.retry_after
+            if attempt >= policy.attempts:
+                raise StorageError(FAILURES.summary(self.url, str(failure))) from failure.__cause__
 
     def _lines(self, headers: dict[str, str]) -> list[str]:
         """The request's header lines: the grant's, then the reader's own."""
@@ -559,9 +577,10 @@ def fetch_each(
     made from this thread by libcurl's multi interface, at most ``in_flight`` at once (no thread a
     request). One attempt each: the error it raises where another attempt would not help, None where it
     failed in a way that may pass (the caller reads that range again through :meth:`HttpReader.fetch`,
-    which retries and names the failure). ``answered(index, result)`` is called as each ends, while the
-    others go on; when it returns False, no request is started after those under way (the others' results
-    stay None)."""
+    which retries within what is left of the URL's budget, counted from this attempt, and names the
+    failure); no request for a URL already given up (its error instead). ``answered(index, result)`` is
+    called as each ends, while the others go on; when it returns False, no request is started after those
+    under way (the others' results stay None)."""
     if not requests:
         return []
     results: list[bytes | NCZError | None] = [None] * len(requests)
@@ -572,6 +591,12 @@ def fetch_each(
         while waiting or running:
             while waiting and len(running) < in_flight:
                 index, (reader, offset, length) = waiting.popleft()
+                refusal = FAILURES.refusal(reader.url, reader.policy)
+                if refusal is not None:  # given up already: no request
+                    results[index] = StorageError(refusal)
+                    if answered is not None and answered(index, results[index]) is False:
+                        waiting.clear()
+                    continue
                 curl = _HANDLES.take()
                 running[curl] = (index, reader, reader._start_fetch(curl, offset, length))
                 multi.add_handle(curl)
@@ -586,10 +611,12 @@ def fetch_each(
                     index, reader, transfer = running.pop(curl)
                     try:
                         results[index] = reader._complete(curl, transfer, error)
-                    except _Transient:
-                        pass
+                    except _Transient as exc:  # the budget of the source's retries counts from here
+                        FAILURES.failed(reader.url, transfer.began, str(exc))
                     except NCZError as exc:
                         results[index] = exc
+                    else:
+                        FAILURES.succeeded(reader.url)
                     _HANDLES.give(curl)
                     if answered is not None and answered(index, results[index]) is False:
                         waiting.clear()  # the caller needs no more: no new request

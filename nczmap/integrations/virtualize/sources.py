@@ -32,6 +32,7 @@ import glob
 import os
 import posixpath
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from urllib.parse import urlsplit
@@ -176,7 +177,7 @@ def _listing(url: ParsedURL, folder: str, text: str, policy: RequestPolicy | Non
     """One listing of ``folder`` of the bucket ``url`` names (its objects and the prefixes beside them)."""
     import obstore
 
-    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY)
+    store = _store(url.bucket, _options(url), policy or DEFAULT_POLICY, byteranges.SMALL_SPAN)
     try:
         return obstore.list_with_delimiter(store, folder + "/" if folder else None)
     except Exception as exc:
@@ -569,6 +570,13 @@ class ObjectFile(RemoteFile):
     def store(self):
         return _store(self.bucket, self.options, self.policy)
 
+    def _store_for(self, length: int):
+        """The store whose requests time out at the deadline of a read of ``length`` bytes: of a
+        :data:`~nczmap.zmap.byteranges.SMALL_SPAN` read, or of a longer one."""
+        if length <= byteranges.SMALL_SPAN:
+            return _store(self.bucket, self.options, self.policy, byteranges.SMALL_SPAN)
+        return self.store
+
     def sibling(self, suffix: str) -> ObjectFile:
         """The object whose key is this one's and ``suffix`` (an inventory beside it, say)."""
         return ObjectFile(_parse(self.url + suffix), policy=self.policy, options=self.options)
@@ -590,8 +598,13 @@ class ObjectFile(RemoteFile):
         options: dict = {"range": (start, end)}
         if self.etag:
             options["if_match"] = self.etag
+        failures, source = byteranges.FAILURES, self._failures_key()
+        refusal = failures.refusal(source, self.policy)
+        if refusal is not None:  # given up already: no request
+            raise StorageError(refusal)
+        began = time.monotonic()
         try:
-            result = obstore.get(self.store, self.key, options=options)
+            result = obstore.get(self._store_for(end - start), self.key, options=options)
             meta = result.meta
             self.adopt({"size": int(meta["size"]), "etag": meta.get("e_tag") or None})
             data = bytes(result.bytes())
@@ -603,12 +616,22 @@ class ObjectFile(RemoteFile):
             if byteranges.starts_past_end(exc):
                 return self._past_end(start)
             error = byteranges.store_error(exc, f"read {self.name}", self.bucket)
+            attempts, took = _attempts(exc), time.monotonic() - began
+            if type(error) is StorageError and (attempts is not None or took >= self.policy.deadline):
+                # retried by obstore within the budget, or timed out: the source is given up
+                failures.failed(source, began, str(error), spent=True, attempts=attempts)
+                raise StorageError(failures.refusal(source, self.policy) or str(error)) from exc
             raise error or StorageError(f"the source {self.name} does not exist") from exc
+        failures.succeeded(source)
         if len(data) != min(end, self._size) - start:
             raise self._changed(
                 f"{len(data)} bytes at {start} where {min(end, self._size) - start} were asked"
             )
         return data
+
+    def _failures_key(self) -> str:
+        """The source as :data:`~nczmap.zmap.byteranges.FAILURES` knows it (its endpoint included)."""
+        return f"{self.url} at {self.options.get('endpoint') or 'AWS'}"
 
     def _past_end(self, start: int) -> bytes:
         """A range past the end (an empty object's first read): its size from a HEAD, then nothing."""
@@ -830,10 +853,18 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _store(bucket: str, options: dict, policy: RequestPolicy):
-    """One obstore store per bucket, endpoint options and policy, shared by every source of the process
-    (its connections are reused across objects and threads)."""
-    key = (bucket, tuple(sorted(options.items())), policy, os.getpid())
+def _attempts(exc: Exception) -> int | None:
+    """The attempts obstore made of a request that failed, when its message says how many retries."""
+    import re
+
+    found = re.search(r"after (\d+) retr", str(exc))
+    return 1 + int(found[1]) if found else None
+
+
+def _store(bucket: str, options: dict, policy: RequestPolicy, span: int = byteranges.POLICY_SPAN):
+    """One obstore store per bucket, endpoint options, policy and span (its requests' timeout), shared by
+    every source of the process (its connections are reused across objects and threads)."""
+    key = (bucket, tuple(sorted(options.items())), policy, span, os.getpid())
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
@@ -843,5 +874,6 @@ def _store(bucket: str, options: dict, policy: RequestPolicy):
                 region=options.get("region"),
                 profile=options.get("profile"),
                 policy=policy,
+                span=span,
             )
         return store
