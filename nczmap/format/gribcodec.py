@@ -22,7 +22,7 @@ import threading
 import numpy as np
 from numcodecs.abc import Codec
 
-from nczmap.errors import FormatError
+from nczmap.errors import DriverNotAvailable, FormatError
 
 MISSING = float(np.finfo(np.float32).max)  # cfgrib's missing value indicator
 GRID_KEYS = {"latitude": "latitudes", "longitude": "longitudes"}
@@ -38,10 +38,13 @@ def import_eccodes():
     loaded ``RTLD_LOCAL``: libeccodes still finds them (as its dependencies, by soname), nothing else does.
     A process that imported ecCodes before (cfgrib's xarray backend does) keeps what it did."""
     with _LOCK:
-        if "gribapi.bindings" not in sys.modules:
-            with _loaded_locally():
-                import eccodes
-        import eccodes
+        try:
+            if "gribapi.bindings" not in sys.modules:
+                with _loaded_locally():
+                    import eccodes
+            import eccodes
+        except ImportError as exc:  # one line naming the extra, not "cannot read X as grib: ModuleNot..."
+            raise DriverNotAvailable("GRIB2 messages need ecCodes: pip install 'nczmap[virtual]'") from exc
 
     return eccodes
 

@@ -25,6 +25,7 @@ before any byte of it is read (Icechunk refuses unauthorised containers itself).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import datetime
 import math
@@ -32,6 +33,7 @@ import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
@@ -69,6 +71,7 @@ NOT_FOUND = (  # a branch, tag or snapshot that is not there
     "invalid-snapshot-id",
 )
 _PREFIX_IN_MESSAGE = re.compile(r"url prefix (\S+?),")
+EXIT_GRACE = 0.05  # seconds a process that used Icechunk waits at exit (see _event_loop)
 
 
 # ---------------------------------------------------------------------------------------------- event loop
@@ -84,6 +87,11 @@ def _event_loop() -> asyncio.AbstractEventLoop:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="nczmap-icechunk", daemon=True).start()
             _loop = loop
+            # icechunk's Rust threads drop the Python objects of a finished call (pyo3's task locals) a
+            # moment after its result is in: when the interpreter is being finalized by then, the process
+            # crashes (SIGSEGV after the command's whole output, about one exit in ten). Exiting a little
+            # later lets them finish.
+            atexit.register(time.sleep, EXIT_GRACE)
         return _loop
 
 

@@ -40,6 +40,7 @@ from nczmap.errors import (
     DataError,
     DatasetExists,
     DatasetNotFound,
+    DriverNotAvailable,
     EmptyError,
     FormatError,
     NCZError,
@@ -75,6 +76,16 @@ MAX_WHOLE_REFERENCE = 2 << 30  # a whole-object reference ([url]) to a larger ob
 REMOTE_SPANS_IN_FLIGHT = 16  # merged spans of remote sources (S3, HTTP) requested at once
 CHECKED_SPAN = 1 << 21  # the longest merged read when its references' checksums are compared
 SPANS_PER_TASK = 256  # merged spans of a local source read by one task (scattered chunks: a span each)
+
+
+def _need_pyarrow() -> None:
+    """Parquet manifests are read and written through pyarrow (the ``virtual`` extra): without it, one line
+    naming the extra when the map opens (not a bare ImportError at the first record read, or at the save
+    after all the work). Only looked for here: importing it is left to the first record."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None:
+        raise DriverNotAvailable("Parquet manifests need pyarrow: pip install 'nczmap[virtual]'")
 
 
 class ManifestMap(ZMap):
@@ -140,6 +151,8 @@ class ManifestMap(ZMap):
 
     # ----------------------------------------------------------------- the manifest itself
     def _load(self) -> Manifest:
+        if self.parquet:
+            _need_pyarrow()
         if self.mode == "w":
             self._check_replaceable()
             return Manifest()
