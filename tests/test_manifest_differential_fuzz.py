@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import signal
 import tracemalloc
 import warnings
 
@@ -18,6 +17,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from test_hostile_input import time_limit
 from test_hostile_manifests import manifest
 from test_manifest_parquet import zarray
 from test_manifest_scan import ZARRAY_1D, ZARRAY_2D, both, outcome
@@ -36,26 +36,6 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-class TookTooLong(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def time_bound(seconds: float = EXAMPLE_SECONDS):
-    """Raise TookTooLong in the body once ``seconds`` have passed (a hang fails the example)."""
-
-    def expire(signum, frame):
-        raise TookTooLong(f"an example ran over {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def reads(manifest, keys: list[str]) -> dict[str, object]:
@@ -253,7 +233,7 @@ def assert_same_model(data: bytes, monkeypatch) -> None:
 
 
 def json_example(data: bytes, monkeypatch) -> None:
-    with time_bound(), warnings.catch_warnings():
+    with time_limit(EXAMPLE_SECONDS), warnings.catch_warnings():
         warnings.simplefilter("error")  # numpy's overflow and conversion warnings are errors too
         assert_same_model(data, monkeypatch)
 
@@ -496,7 +476,7 @@ def test_parquet_records_read_as_their_rows_say(records, kind):
         for row in range(RECORD_SIZE):
             key = f"t/{number * RECORD_SIZE + row}"
             expected[key] = f"refused: {plain}" if isinstance(plain, str) else plain[row]
-    with time_bound(), warnings.catch_warnings():
+    with time_limit(EXAMPLE_SECONDS), warnings.catch_warnings():
         warnings.simplefilter("error")
         loaded = kerchunk_parquet.load(_reader(files), "mem://refs.parq", _lister(files))
         for key, wanted in expected.items():
