@@ -514,3 +514,24 @@ def test_a_refused_icechunk_commit_saves_no_new_container(tmp_path, days):
         quiet_virtualize([late], url_of(repo), append=True, allow=grants, reading=competing)
     after = set(icechunk.Repository.fetch_config(storage).virtual_chunk_containers or {})
     assert after == before and not any("elsewhere" in prefix for prefix in after)
+
+
+def test_an_append_writes_only_the_new_values_of_a_loaded_variable(tmp_path, days):
+    """A loaded variable (not the joined coordinate, not re-encoded) keeps its layout and the chunks it
+    holds: only the new files' values are added (it was written again whole in another layout when a
+    check meant for strings took every number for an over-long string)."""
+    destination = tmp_path / "archive.json"
+    quiet_virtualize(days[:3], url_of(destination), concat="time", load=["sst"])
+    before = json.loads(destination.read_text())["refs"]
+    quiet_virtualize(days[3:4], url_of(destination), append=True)
+    after = json.loads(destination.read_text())["refs"]
+    assert json.loads(after["sst/.zarray"])["chunks"] == json.loads(before["sst/.zarray"])["chunks"]
+    held = {key: value for key, value in before.items() if key.startswith("sst/") and "/." not in key}
+    assert held and all(after[key] == value for key, value in held.items())
+    assert_same_dataset(destination, _whole(tmp_path, days[:4], load=["sst"]), days[:4])
+
+
+def _whole(tmp_path: Path, files: list[Path], **options) -> Path:
+    whole = tmp_path / "whole.json"
+    quiet_virtualize(files, url_of(whole), concat="time", **options)
+    return whole

@@ -511,7 +511,7 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
             variable.rewrite
             or is_joined_coordinate(variable)
             or variable.coding == "retimed"
-            or _string_width(variable.storages[1:]) > variable.layout.dtype.maxstrlen
+            or _outgrown_strings(variable)
         )
         if not variable.rewrite:
             return _load_new(variable, options)
@@ -551,6 +551,12 @@ def _string_width(storages: list[Storage]) -> int:
         lengths = (len(str(v).encode("utf-8", "surrogateescape")) for v in flat)
         longest = max(longest, max(lengths, default=0))
     return longest
+
+
+def _outgrown_strings(variable: SourceVariable) -> bool:
+    """Appending: whether the new files hold a string longer than the dataset's string width."""
+    dtype = variable.layout.dtype
+    return dtype.nctype is STRING and _string_width(variable.storages[1:]) > dtype.maxstrlen
 
 
 def _widen_strings(variable: SourceVariable) -> None:
