@@ -113,6 +113,20 @@ def test_a_stuck_web_source_ends_the_run_within_deadline_and_budget(tmp_path, da
     assert not (tmp_path / "refs.json").exists()
 
 
+def test_a_new_run_tries_a_source_an_earlier_run_gave_up(tmp_path, data):
+    """The budget is a run's: a source given up by one run (a notebook cell) is tried again by the next
+    (it was refused at once, without a request, for ``budget`` seconds)."""
+    with StuckServer("silent", directory=data) as server:
+        url = server.url_of(data / "sst_20210301.tif")
+        run = lambda: virtualize(  # noqa: E731
+            [url], tmp_path / "refs.json", new_dim="time=sst_%Y%m%d", deadline=DEADLINE, retry_budget=BUDGET
+        )
+        ends_in_time(run, url)
+        held = server.held
+        _, took = ends_in_time(run, url)
+        assert server.held > held and took >= DEADLINE  # requests made again, each given its deadline
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_stuck_parses_of_several_sources_end_within_deadline_and_budget(tmp_path, data, mode):
     """First blocks come; what the parses read past them (netCDF-4 metadata) never does: each source's

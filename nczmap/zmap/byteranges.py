@@ -95,8 +95,9 @@ class Failures:
     them (first reads made together, parses' reads, reads through a manifest) and however many readers
     the source has: the budget counts from the start of the source's first failed attempt since its last
     success, and no attempt of the source starts past it. Once given up, the source's requests fail at
-    once (no request) with the failure that ended it, the attempts and the time spent, until a success or
-    until ``budget`` seconds pass with no request failing (a later run starts afresh). Thread-safe."""
+    once (no request) with the failure that ended it, the attempts and the time spent, until a success,
+    until ``budget`` seconds pass with no request failing, or until a new ``virtualize`` run starts
+    (:meth:`forget`). Thread-safe."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -138,6 +139,11 @@ class Failures:
             if len(self.streaks) > 4096:  # forget the oldest
                 for old in sorted(self.streaks, key=lambda key: self.streaks[key].last)[:1024]:
                     del self.streaks[old]
+
+    def forget(self) -> None:
+        """Every source starts afresh (a new run: a source given up by an earlier one is tried again)."""
+        with self.lock:
+            self.streaks.clear()
 
     def succeeded(self, source: str) -> None:
         if self.streaks:

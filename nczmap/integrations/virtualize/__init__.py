@@ -54,7 +54,7 @@ from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, 
 from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
 from nczmap.progress import ProgressOption, progress_callback
-from nczmap.zmap.byteranges import RequestPolicy
+from nczmap.zmap.byteranges import FAILURES, RequestPolicy
 
 # Source formats, tried in this order: name -> module with ``sniff(read, size)`` and ``parse(file, options)``
 PARSERS = {
@@ -162,6 +162,7 @@ def virtualize(
     )
     progress = progress_callback(progress, "virtualizing", "chunks")
     reads = _Reads(concurrency, _policy(deadline, retry_budget), skip_unreadable)
+    FAILURES.forget()  # a run's sources have the whole retry budget, whatever an earlier run spent
     given = Join(
         concat,
         _new_dim(new_dim),
