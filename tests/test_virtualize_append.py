@@ -9,7 +9,6 @@ nczmap.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from generated_archives import open_ours, snapshot, url_of
 from test_virtualize import manifest_url, nczmap_command
 
 import nczmap
@@ -80,16 +80,8 @@ def quiet_virtualize(*args, **options):
         return virtualize(*args, **options)
 
 
-def url_of(destination: Path) -> str:
-    if destination.suffix == ".icechunk":
-        return f"file://{destination}#mode=icechunk"
-    return manifest_url(destination)
-
-
 def values(destination: Path) -> xr.Dataset:
-    options = {"containers": [str(destination.parent) + "/"]} if destination.suffix == ".icechunk" else {}
-    with xr.open_dataset(url_of(destination), engine="nczmap", map_options=options) as ds:
-        return ds.load()
+    return open_ours(destination)
 
 
 def assert_same_dataset(appended: Path, whole: Path, files: list[Path]) -> None:
@@ -105,17 +97,6 @@ def assert_same_dataset(appended: Path, whole: Path, files: list[Path]) -> None:
                 np.testing.assert_allclose(ours[name].values, theirs[name].values, rtol=1e-6, err_msg=name)
                 continue
             np.testing.assert_array_equal(ours[name].values, theirs[name].values, err_msg=name)
-
-
-def snapshot(destination: Path) -> dict[str, str]:
-    """The bytes of every file of a dataset (and of its chunk files beside it), by relative path."""
-    found = {}
-    paths = [destination] if destination.is_file() else sorted(destination.rglob("*"))
-    paths += sorted(destination.parent.glob(destination.name + ".*.chunks"))
-    for path in paths:
-        if path.is_file():
-            found[str(path.relative_to(destination.parent))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return found
 
 
 # ==================================================================================== append = all at once
