@@ -52,8 +52,6 @@ ALLOWED_REFUSALS = {  # each names the variable, and the attribute where one is 
     "fills among re-encoded times": r"'[^']+' of \S+ holds fill values among times",
     "an append's encoding": r"variable '[^']+' has (scale_factor|add_offset|_FillValue|missing_value"
     r"|_Unsigned|dtype) .* an append adds values in the dataset's own encoding",
-    "an append's type": r"its variable '[^']+' cannot be virtualized \(the new files store it as \S+, "
-    r"which \S+ cannot hold",
 }
 
 

@@ -53,6 +53,12 @@ NEW_DIM_GROUP_INTO_ICECHUNK = Archive(  # a series stacked by date, a group's va
     join="new_dim", gaps=[2],
 )  # fmt: skip
 
+WIDER_TYPE_APPENDED = Archive(  # the last file's time and bounds int32 where the dataset's are int16
+    _files(*[(1, "i2", "seconds", False, "standard", 0.01, "f4", True)] * 4,
+           (1, "i4", "seconds", False, "standard", 0.01, "f4", True)),
+    "1981-01-01", (1, 1), "bounds", "plain", 0, False, False, False, False, 0, splits=[1], output=".json",
+)  # fmt: skip
+
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(archives())
@@ -62,6 +68,7 @@ NEW_DIM_GROUP_INTO_ICECHUNK = Archive(  # a series stacked by date, a group's va
 @example(GROUP_INTO_ICECHUNK)
 @example(PACKED_F4_INTO_ICECHUNK)
 @example(NEW_DIM_GROUP_INTO_ICECHUNK)
+@example(WIDER_TYPE_APPENDED)
 def test_generated_archives_join_and_append_as_xarray_joins_their_files(archive):
     with tempfile.TemporaryDirectory() as folder:
         check(archive, Path(folder))

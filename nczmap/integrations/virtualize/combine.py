@@ -512,6 +512,7 @@ def _load(variable: SourceVariable, options: CombineOptions) -> str | None:
             or is_joined_coordinate(variable)
             or variable.coding == "retimed"
             or _outgrown_strings(variable)
+            or _outgrown_type(variable)
         )
         if not variable.rewrite:
             return _load_new(variable, options)
@@ -557,6 +558,17 @@ def _outgrown_strings(variable: SourceVariable) -> bool:
     """Appending: whether the new files hold a string longer than the dataset's string width."""
     dtype = variable.layout.dtype
     return dtype.nctype is STRING and _string_width(variable.storages[1:]) > dtype.maxstrlen
+
+
+def _outgrown_type(variable: SourceVariable) -> bool:
+    """Appending: whether the new files store a number variable in a type the dataset's cannot hold (it is
+    then written again whole in the type holding both, as joining every file at once stores it)."""
+    if variable.coding is not None or variable.layout.dtype.nctype.is_text:
+        return False
+    mine = variable.layout.dtype.storage.newbyteorder("=")
+    theirs = [twin.layout.dtype.storage.newbyteorder("=") for twin in variable.twins]
+    kinds = {mine.kind, *(dtype.kind for dtype in theirs)}
+    return kinds <= set("iuf") and np.result_type(mine, *theirs) != mine
 
 
 def _widen_strings(variable: SourceVariable) -> None:
