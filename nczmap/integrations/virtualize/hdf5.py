@@ -304,6 +304,7 @@ class _Opener:
         self.handle = None
         self.guarded: GuardedFile | None = None
         self.linked: dict[str, _Opener] = {}  # the files external links lead to, by real path
+        self.facts = None  # what reading its chunk indexes needs (hdf5_chunks.FileFacts), once known
 
     def __getstate__(self) -> dict:  # pickled (a parse sent from another process): not h5py's handle
         return {"file": self.file}
@@ -314,6 +315,7 @@ class _Opener:
         self.file, self.h5py, self.fileobj, self.handle = state["file"], h5py, None, None
         self.guarded = None
         self.linked = {}
+        self.facts = None
 
     def root(self):
         if self.handle is None:
@@ -918,7 +920,7 @@ def _storage(dataset, file: SourceFile, itemsize: int, opener: _Opener) -> Stora
     storage = Storage(source, "chunked", shape, chunks, **common)
     storage.codecs, storage.problem = _codecs(plist, itemsize, math.prod(chunks) * itemsize)
     if storage.problem is None:
-        storage.problem = _read_chunk_index(storage, dataset)
+        storage.problem = _read_chunk_index(storage, dataset, opener)
     return storage
 
 
@@ -969,35 +971,66 @@ def _codecs(plist, itemsize: int, nbytes: int) -> tuple[list[dict], str | None]:
     return configs, None
 
 
-def _read_chunk_index(storage: Storage, dataset) -> str | None:
-    """Record every allocated chunk (corner, byte offset, size); why they cannot be referenced, if so."""
-    dataset_id = dataset.id
-    skipped: list[tuple] = []
-
-    def visit(info) -> None:
-        if info.filter_mask:
-            skipped.append((info.chunk_offset, info.filter_mask))
-        storage.corners.extend(info.chunk_offset)
-        storage.offsets.append(info.byte_offset)
-        storage.sizes.append(info.size)
-
+def _read_chunk_index(storage: Storage, dataset, opener: _Opener) -> str | None:
+    """Record every allocated chunk (corner, byte offset, size) as columns; why they cannot be referenced,
+    if so. The index is read from the file's bytes (:mod:`.hdf5_chunks`) where its form is known, else
+    through h5py's ``chunk_iter``."""
     if 0 in storage.shape:
         return None
-    if hasattr(dataset_id, "chunk_iter"):
-        try:
-            dataset_id.chunk_iter(visit)
-        except (RuntimeError, ValueError, OSError):  # chunk_iter needs HDF5 1.14
-            del storage.corners[:], storage.offsets[:], storage.sizes[:]
-            skipped.clear()
-            for index in range(dataset_id.get_num_chunks()):
-                visit(dataset_id.get_chunk_info(index))
-    else:
-        for index in range(dataset_id.get_num_chunks()):
-            visit(dataset_id.get_chunk_info(index))
-    if skipped:
-        corner, mask = skipped[0]
+    chunk_bytes = math.prod(storage.chunks) * dataset.dtype.itemsize
+    columns = _direct_columns(dataset, opener, storage.shape, chunk_bytes)
+    if columns is None:
+        columns = _iterated_columns(dataset, len(storage.shape))
+    corners, offsets, sizes, masks = columns
+    storage.set_columns(corners, offsets, sizes)
+    skipped = np.flatnonzero(masks)
+    if len(skipped):
+        at = int(skipped[0])
         return (
-            f"its chunk at {tuple(corner)} skips filters (filter mask {mask:#x}): one Zarr codec chain "
-            "cannot decode chunks filtered differently"
+            f"its chunk at {tuple(corners[at].tolist())} skips filters (filter mask {int(masks[at]):#x}): "
+            "one Zarr codec chain cannot decode chunks filtered differently"
         )
     return None
+
+
+def _direct_columns(dataset, opener: _Opener, shape: tuple[int, ...], chunk_bytes: int):
+    """The chunk index read from the file's bytes, through the file object h5py reads (in a round of a
+    remote parse, a miss is recorded as h5py's are); None where h5py must be asked."""
+    from nczmap.integrations.virtualize.hdf5_chunks import chunk_columns, file_facts
+
+    h5py = opener.h5py
+    fileobj = opener.fileobj or opener.guarded
+    if fileobj is not None:
+
+        def read(offset: int, length: int) -> bytes:
+            fileobj.seek(offset)
+            return fileobj.read(length)
+
+    else:
+        read = opener.file.read
+    facts = opener.facts
+    if facts is None:
+        facts = opener.facts = file_facts(dataset.file, read, opener.file.size)
+    header = h5py.h5o.get_info(dataset.id).addr
+    columns = chunk_columns(read, facts, header, shape, chunk_bytes)
+    if columns is None:
+        return None
+    return columns.corners, columns.offsets, columns.sizes, columns.masks
+
+
+def _iterated_columns(dataset, rank: int):
+    """The chunk index through h5py (one Python call a chunk: extensible arrays, version-2 B-trees)."""
+    dataset_id = dataset.id
+    found: list = []
+    try:
+        dataset_id.chunk_iter(found.append)
+    except (AttributeError, RuntimeError, ValueError, OSError):  # chunk_iter needs HDF5 1.14
+        found = [dataset_id.get_chunk_info(index) for index in range(dataset_id.get_num_chunks())]
+    count = len(found)
+    corners = np.fromiter(
+        (n for info in found for n in info.chunk_offset), dtype=np.int64, count=count * rank
+    ).reshape(count, rank)
+    offsets = np.fromiter((info.byte_offset for info in found), dtype=np.int64, count=count)
+    sizes = np.fromiter((info.size for info in found), dtype=np.int64, count=count)
+    masks = np.fromiter((info.filter_mask for info in found), dtype=np.uint32, count=count)
+    return corners, offsets, sizes, masks

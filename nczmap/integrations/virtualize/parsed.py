@@ -114,6 +114,12 @@ class Storage:
         self.offsets.append(offset)
         self.sizes.append(size)
 
+    def set_columns(self, corners: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> None:
+        """Every allocated chunk at once: ``corners`` (one row a chunk), ``offsets`` and ``sizes``."""
+        self.corners = array("q", np.ascontiguousarray(corners, dtype=np.int64).tobytes())
+        self.offsets = array("q", np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
+        self.sizes = array("q", np.ascontiguousarray(sizes, dtype=np.int64).tobytes())
+
     def chunk_bytes(self, number: int) -> bytes:
         """The bytes of chunk ``number``."""
         if self.locations is not None:
