@@ -77,7 +77,7 @@ def read_index(path, name: str = "d") -> Index:
             facts = file_facts(f, read, os.path.getsize(path))
             header = h5py.h5o.get_info(d.id).addr
             chunk_bytes = int(np.prod(d.chunks)) * d.dtype.itemsize
-            got = chunk_columns(read, facts, header, d.shape, chunk_bytes)
+            got = chunk_columns(read, facts, header, d.shape, chunk_bytes, d.maxshape)
             form = _form(read, facts, header)
         finally:
             os.close(fd)
@@ -251,23 +251,9 @@ def test_chunk_index_matches_chunk_iter(tmp_path, case: Case):
     if case.libver == "earliest":  # version-1 B-trees are always read
         assert index.got is not None, case
     if index.got is None:
-        if index.form == "fixed array" and not index.expected:
-            # KNOWN GAP (pinned by test_fixed_array_never_written, xfail): a fixed array with no chunk
-            # written has no fixed array header yet (the layout's index address is undefined); the
-            # module reads at that address and gives None instead of empty columns
-            return
-        if index.form == "fixed array" and case.maxshape == "bigger":
-            # KNOWN LIMITATION (test_fixed_array_of_a_bigger_finite_maxshape_is_left_to_h5py): the fixed
-            # array holds the chunks of maxshape's grid; the module refuses it as "of another size"
-            return
         assert case.unhandled and index.form in UNHANDLED, (case, index.form)
         return
     assert not case.unhandled and index.form not in UNHANDLED, (case, index.form)
-    if index.form == "implicit" and case.maxshape == "bigger" and case.unlimited_axis > 0:
-        # KNOWN BUG (test_implicit_index_of_a_bigger_finite_maxshape, xfail): offsets numbered in the
-        # shape's grid, HDF5's in maxshape's; only the chunks themselves are compared here
-        assert [row[0] for row in index.got] == [row[0] for row in index.expected], case
-        return
     assert index.got == index.expected, case
 
 
@@ -284,14 +270,9 @@ def _bigger_maxshape(path, early: bool) -> None:
         d[...] = 1
 
 
-# KNOWN GAP (hdf5_chunks.py, fixed array, index_type 3): HDF5 creates a fixed array's header when the
-# first chunk is written, so a dataset never written has the undefined address (0xff * 8) as the layout
-# message's index address; _Reader.index passes it to fixed_array, which reads at it ("lie outside the
-# file") and chunk_columns gives None. Expected: empty columns, as chunk_iter gives no chunk (and as the
-# module does for an undefined B-tree root, single chunk or implicit address). Found with shape (1, 1, 2),
-# chunks (1, 1, 1), libver latest, fletcher32, nothing written (any fixed-array dataset never written).
-# Not a wrong answer (the caller then asks chunk_iter), but a handled form returning None.
-@pytest.mark.xfail(strict=True, reason="never-written fixed array (undefined index address) gives None")
+# HDF5 creates a fixed array's header when the first chunk is written: a dataset never written has the
+# undefined address as the layout message's index address, and no chunk (found here: shape (1, 1, 2),
+# chunks (1, 1, 1), libver latest, fletcher32, nothing written gave None once)
 def test_fixed_array_never_written(tmp_path):
     path = tmp_path / "empty.h5"
     with h5py.File(path, "w", libver="latest") as f:
@@ -302,29 +283,23 @@ def test_fixed_array_never_written(tmp_path):
     assert index.got == []
 
 
-def test_fixed_array_of_a_bigger_finite_maxshape_is_left_to_h5py(tmp_path):
-    # the fixed array holds max_nchunks (6 x 5) elements, not the shape's 3 x 3: the module finds
-    # "a fixed array of another size" and gives None (h5py is asked: safe, though the form is one it
-    # otherwise reads)
+def test_fixed_array_of_a_bigger_finite_maxshape(tmp_path):
+    # the fixed array holds max_nchunks (6 x 5) elements, not the shape's 3 x 3
     _bigger_maxshape(tmp_path / "f.h5", early=False)
     index = read_index(tmp_path / "f.h5")
     assert index.form == "fixed array"
-    assert index.got is None or index.got == index.expected
+    assert index.got == index.expected
 
 
-# BUG (hdf5_chunks.py, implicit index, index_type 2): chunk addresses are computed as
-# address + (C-order number in the *current* shape's chunk grid) * chunk_bytes, but HDF5 numbers the
-# chunks of an implicit index in the grid of the maximum dimensions (H5D__none_idx_get_addr uses
-# layout->max_down_chunks). With shape (6, 7), chunks (2, 3), maxshape (12, 14), libver latest, early
-# allocation, no filters: chunk_iter gives chunk (2, 0) at 2078 (row 1 of a 6 x 5 grid: 2048 + 5 * 6),
-# the module 2066 (2048 + 3 * 6) -- wrong offsets, silently. Left failing (xfail strict) for the module's
-# owner; the module is not changed here.
-@pytest.mark.xfail(strict=True, reason="implicit index of a finite maxshape > shape: wrong chunk offsets")
+# HDF5 numbers the chunks of an implicit index in the grid of the maximum dimensions
+# (H5D__none_idx_get_addr uses layout->max_down_chunks). With shape (6, 7), chunks (2, 3), maxshape
+# (12, 14), libver latest, early allocation, no filters: chunk_iter gives chunk (2, 0) at 2078 (row 1 of
+# a 6 x 5 grid: 2048 + 5 * 6); numbering in the shape's grid gave 2066 once, silently wrong.
 def test_implicit_index_of_a_bigger_finite_maxshape(tmp_path):
     _bigger_maxshape(tmp_path / "i.h5", early=True)
     index = read_index(tmp_path / "i.h5")
     assert index.form == "implicit"
-    assert index.got is None or index.got == index.expected
+    assert index.got == index.expected
 
 
 # ------------------------------------------------------------------------------- netCDF-C's files
@@ -492,14 +467,12 @@ def test_crafted_btree_leaf():
 
 # KNOWN GAP (hdf5_chunks.py, _Reader.btree_v1): nodes reached twice are read again, and the leaf entries
 # are not bounded by the dataset's chunk grid; only the nodes visited are (MAX_NODES, 4M). A crafted
-# B-tree whose nodes all point at one node of the level below fans out 64x a level: with 2 levels (this
-# test) an 8 KB file gives 262,144 chunks for a dataset of 5,000; with 3 levels 16.7 M chunks in 2.7 s and
-# 1.5 GB; with 4 levels the reader holds ~4 M node reads, 19 s and 7.9 GB, then raises MemoryError (not
-# caught: an exception out of chunk_columns) under an 8 GB address-space limit. Expected: None (a node
-# reached twice, or more entries than the grid's chunks).
-@pytest.mark.xfail(strict=True, reason="a B-tree sharing nodes fans out beyond the chunk grid")
-def test_btree_fan_in_beyond_the_grid():
-    data, facts = _crafted_btree(2)
+# B-tree whose nodes all point at one node of the level below fans out 64x a level: with 2 levels an 8 KB
+# file gave 262,144 chunks for a dataset of 5,000 once; with 3 levels 16.7 M chunks and 1.5 GB; with 4,
+# 7.9 GB and a MemoryError. Now None: a node reached twice.
+@pytest.mark.parametrize("levels", [2, 3, 4])
+def test_btree_fan_in_beyond_the_grid(levels):
+    data, facts = _crafted_btree(levels)
     started = time.monotonic()
     got = chunk_columns(lambda offset, length: data[offset : offset + length], facts, 0, (5000,), 1)
     assert time.monotonic() - started < 5

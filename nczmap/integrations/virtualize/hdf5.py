@@ -999,23 +999,38 @@ def _direct_columns(dataset, opener: _Opener, shape: tuple[int, ...], chunk_byte
     from nczmap.integrations.virtualize.hdf5_chunks import chunk_columns, file_facts
 
     h5py = opener.h5py
-    fileobj = opener.fileobj or opener.guarded
+    fileobj = opener.fileobj
     if fileobj is not None:
 
         def read(offset: int, length: int) -> bytes:
             fileobj.seek(offset)
             return fileobj.read(length)
 
+    elif opener.guarded is not None:  # no heap guard: HDF5 decodes nothing read here
+        descriptor = opener.guarded.fd
+
+        def read(offset: int, length: int) -> bytes:
+            return os.pread(descriptor, length, offset)
+
     else:
         read = opener.file.read
     facts = opener.facts
     if facts is None:
         facts = opener.facts = file_facts(dataset.file, read, opener.file.size)
-    header = h5py.h5o.get_info(dataset.id).addr
-    columns = chunk_columns(read, facts, header, shape, chunk_bytes)
+    header = _header_address(h5py, dataset)
+    columns = chunk_columns(read, facts, header, shape, chunk_bytes, dataset.maxshape)
     if columns is None:
         return None
     return columns.corners, columns.offsets, columns.sizes, columns.masks
+
+
+def _header_address(h5py, dataset) -> int:
+    """Where the dataset's object header is. ``H5Gget_objinfo`` reads nothing for it; ``H5Oget_info``
+    walks the whole chunk index to count the metadata's size (hundreds of reads of a large one)."""
+    try:
+        return int(h5py.h5g.get_objinfo(dataset.id).objno[0])
+    except (AttributeError, RuntimeError, ValueError, OSError):
+        return int(h5py.h5o.get_info(dataset.id).addr)
 
 
 def _iterated_columns(dataset, rank: int):

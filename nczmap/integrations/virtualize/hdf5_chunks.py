@@ -6,8 +6,8 @@ records decoded by one ``numpy.frombuffer``:
 
 - the version-1 B-tree of chunks (node type 1) of a layout message of version 3 (what netCDF-C, h5py and
   HDF5's default ``libver`` write) or 4;
-- a layout message of version 4's (or 5's, HDF5 2.0) single chunk, implicit index and fixed array (paged or not), what
-  HDF5 writes with ``libver="latest"`` for datasets of fixed size.
+- the single chunk, implicit index and fixed array (paged or not) of a layout message of version 4 (or 5,
+  HDF5 2.0's), what HDF5 writes with ``libver="latest"`` for datasets of fixed size.
 
 Anything else (extensible arrays and version-2 B-trees of datasets with unlimited dimensions written with
 ``libver="latest"``, layout messages of versions 1–2, 2- to 7-byte addresses, bytes that do not read as
@@ -77,17 +77,24 @@ def file_facts(h5file, read: Read, size: int) -> FileFacts:
 
 
 def chunk_columns(
-    read: Read, facts: FileFacts, header: int, shape: tuple[int, ...], chunk_bytes: int
+    read: Read,
+    facts: FileFacts,
+    header: int,
+    shape: tuple[int, ...],
+    chunk_bytes: int,
+    maxshape: tuple[int | None, ...] | None = None,
 ) -> ChunkColumns | None:
     """The chunk index of the dataset whose object header is at ``header`` (``shape`` its extent,
-    ``chunk_bytes`` an unfiltered chunk's size), or None if this reader does not know its form."""
+    ``maxshape`` its largest, None for unlimited axes; ``chunk_bytes`` an unfiltered chunk's size), or
+    None if this reader does not know its form."""
     if facts.address_size != 8 or facts.length_size not in (4, 8):
         return None
     reader = _Reader(read, facts)
+    largest = tuple(n if m is None else m for n, m in zip(shape, maxshape or shape, strict=True))
     try:
         layout = reader.layout_message(header)
-        columns = reader.index(layout, shape, chunk_bytes)
-    except (_Unreadable, struct.error, ValueError, IndexError):
+        columns = reader.index(layout, shape, largest, chunk_bytes)
+    except (_Unreadable, struct.error, ValueError, IndexError, MemoryError):
         return None
     if columns is not None:
         columns.offsets += facts.base  # chunk addresses are relative to the base address
@@ -167,7 +174,9 @@ class _Reader:
         raise _Unreadable("no layout message")
 
     # ------------------------------------------------------------------ chunk indexes
-    def index(self, layout: bytes, shape: tuple[int, ...], chunk_bytes: int) -> ChunkColumns | None:
+    def index(
+        self, layout: bytes, shape: tuple[int, ...], largest: tuple[int, ...], chunk_bytes: int
+    ) -> ChunkColumns | None:
         version, kind = layout[0], layout[1]
         if kind != 2:
             raise _Unreadable("not a chunked layout")
@@ -177,7 +186,8 @@ class _Reader:
             if dimensionality != rank + 1:
                 raise _Unreadable("a layout of another rank")
             root = struct.unpack_from("<Q", layout, 3)[0]
-            return self.btree_v1(root, rank)
+            chunks = struct.unpack_from(f"<{rank}I", layout, 11)
+            return self.btree_v1(root, rank, _grid(largest, chunks))
         if version not in (4, 5):  # 5: HDF5 2.0's, laid out as 4 here
             return None
         flags, dimensionality, width = layout[2], layout[3], layout[4]
@@ -198,22 +208,25 @@ class _Reader:
             if address == self.undefined:
                 return _columns(np.zeros((0, rank), np.int64), [], [], [])
             return _columns(np.zeros((1, rank), np.int64), [address], [size], [mask])
-        grid = tuple(-(-n // c) if c else 0 for n, c in zip(shape, chunks, strict=True))
-        if index_type == 2:  # implicit: every chunk allocated, in C order from one address
+        grid, whole = _grid(shape, chunks), _grid(largest, chunks)
+        if index_type == 2:  # implicit: every chunk of the largest grid allocated, in C order, at once
             address = struct.unpack_from("<Q", layout, at)[0]
             if address == self.undefined:
                 return _columns(np.zeros((0, rank), np.int64), [], [], [])
             count = math.prod(grid)
-            offsets = address + np.arange(count, dtype=np.int64) * chunk_bytes
+            indices = np.unravel_index(np.arange(count, dtype=np.int64), grid) if rank else ()
+            numbers = np.ravel_multi_index(indices, whole) if rank else np.zeros(count, np.int64)
+            offsets = address + numbers.astype(np.int64) * chunk_bytes
             corners = _corners(np.arange(count, dtype=np.int64), grid, chunks)
             return _columns(corners, offsets, np.full(count, chunk_bytes), np.zeros(count))
-        if index_type == 3:  # a fixed array
+        if index_type == 3:  # a fixed array, over the largest grid
             address = struct.unpack_from("<Q", layout, at + 1)[0]
-            return self.fixed_array(address, grid, chunks, chunk_bytes)
+            return self.fixed_array(address, whole, chunks, chunk_bytes)
         return None  # an extensible array or a version-2 B-tree: h5py's chunk_iter
 
-    def btree_v1(self, root: int, rank: int) -> ChunkColumns:
-        """Every chunk under the version-1 B-tree node at ``root``, level by level."""
+    def btree_v1(self, root: int, rank: int, grid: tuple[int, ...]) -> ChunkColumns:
+        """Every chunk under the version-1 B-tree node at ``root``, level by level; no node read twice,
+        and no more chunks than a few times ``grid`` holds (more than a dataset shrunk could keep)."""
         if root == self.undefined:
             return _columns(np.zeros((0, rank), np.int64), [], [], [])
         dimensions = rank + 1
@@ -223,13 +236,14 @@ class _Reader:
         key = 8 + 8 * dimensions
         twice_k = 2 * self.facts.istore_k
         node_size = 24 + twice_k * record.itemsize + key
-        level_nodes, level, visited = [root], None, 0
-        leaves: list[np.ndarray] = []
+        level_nodes, level, visited = [root], None, {root}
+        leaves: list[bytes] = []
+        most = 4 * math.prod(grid) + 4096
+        held = 0
         for _ in range(MAX_LEVELS):
-            children: list[np.ndarray] = []
+            children: list[bytes] = []
             for address in level_nodes:
-                visited += 1
-                if visited > MAX_NODES:
+                if len(visited) > MAX_NODES:
                     raise _Unreadable("too many B-tree nodes")
                 node = self.read(address, node_size)
                 if node[:4] != b"TREE" or node[4] != 1:
@@ -238,17 +252,22 @@ class _Reader:
                 if used > twice_k or (level is not None and node_level != level):
                     raise _Unreadable("a B-tree node out of place")
                 level = node_level
-                entries = np.frombuffer(node, dtype=record, count=used, offset=24)
-                (leaves if node_level == 0 else children).append(entries)
+                (leaves if node_level == 0 else children).append(node[24 : 24 + used * record.itemsize])
+                held += used if node_level == 0 else 0
+                if held > most:
+                    raise _Unreadable("more chunks than the dataset could hold")
             if level == 0:
                 break
             if not children:
                 raise _Unreadable("an internal B-tree node without children")
-            level_nodes = np.concatenate([c["child"] for c in children]).tolist()
+            level_nodes = np.frombuffer(b"".join(children), dtype=record)["child"].tolist()
+            if len(set(level_nodes)) != len(level_nodes) or visited.intersection(level_nodes):
+                raise _Unreadable("a B-tree node reached twice")
+            visited.update(level_nodes)
             level -= 1
         else:
             raise _Unreadable("a B-tree too deep")
-        entries = np.concatenate(leaves) if leaves else np.zeros(0, record)
+        entries = np.frombuffer(b"".join(leaves), dtype=record)
         corners = entries["offset"][:, :rank].astype(np.int64)
         return _columns(corners, entries["child"], entries["size"], entries["mask"])
 
@@ -257,6 +276,8 @@ class _Reader:
     ) -> ChunkColumns:
         """Every chunk of the fixed array whose header is at ``header`` (elements in C order)."""
         rank = len(grid)
+        if header == self.undefined:  # no chunk written yet: the array is made with the first
+            return _columns(np.zeros((0, rank), np.int64), [], [], [])
         head = self.read(header, 12 + self.facts.length_size + 8)
         if head[:4] != b"FAHD":
             raise _Unreadable("not a fixed array header")
@@ -315,6 +336,10 @@ class _Reader:
             masks = elements["mask"][held]
         corners = _corners(held.astype(np.int64), grid, chunks)
         return _columns(corners, addresses[held], sizes, masks)
+
+
+def _grid(shape: tuple[int, ...], chunks) -> tuple[int, ...]:
+    return tuple(-(-n // c) if c else 0 for n, c in zip(shape, chunks, strict=True))
 
 
 def _corners(flats: np.ndarray, grid: tuple[int, ...], chunks: list[int]) -> np.ndarray:
