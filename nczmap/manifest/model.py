@@ -773,6 +773,10 @@ class Manifest:
             self.entries[key] = entry
         self._sorted = None
 
+    def forget_order(self) -> None:
+        """Keys or tables were added: the sorted keys are made again when next asked."""
+        self._sorted = None
+
     def set_many(self, keys: Sequence[str], entries: Sequence[Entry]) -> None:
         """:meth:`set` of each key to its entry (never None): at once, when no table or checksum is
         concerned (a new manifest's chunks)."""

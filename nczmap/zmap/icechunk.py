@@ -37,6 +37,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from nczmap._lazy import numpy as np
 from nczmap.concurrency import WIDTH
 from nczmap.errors import (
     AccessDenied,
@@ -429,6 +430,40 @@ class IcechunkMap(ZMap):
             )
         except self.ic.IcechunkError as exc:
             raise self._error(exc, f"refer to {location} from", key) from exc
+
+    def set_virtual_block(
+        self,
+        array: str,
+        grid: tuple[int, ...],
+        origin: tuple[int, ...],
+        locations: list[str],
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        checksum: object = None,
+    ) -> None:
+        """Make the chunks of a block of ``array``'s chunk grid refer to sources at once (Icechunk's
+        vectorised ``set_virtual_refs_arr``): the block's chunks in C order, ``grid`` chunks in all from
+        chunk ``origin``; chunk ``i`` refers to ``lengths[i]`` bytes at ``offsets[i]`` of ``locations[i]``
+        ("": left as it is). ``checksum``: the sources' ETag or last-modified time."""
+        array = self._key(array, writing=True)
+        try:
+            failed = self.session.store.set_virtual_refs_arr(
+                self._path(array),
+                tuple(grid),
+                locations,
+                np.ascontiguousarray(offsets, dtype=np.uint64),
+                np.ascontiguousarray(lengths, dtype=np.uint64),
+                arr_offset=tuple(origin),
+                checksum=checksum,
+            )
+        except self.ic.IcechunkError as exc:
+            source = next((location for location in locations if location), "?")
+            raise self._error(exc, f"refer to {source} from", array) from exc
+        if failed:
+            raise DataError(
+                f"cannot refer from {len(failed)} chunks of {array!r} in {self.location} (the first: "
+                f"{tuple(failed[0])}) to their sources: outside every virtual chunk container"
+            )
 
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
         """From a manifest, a reference to a source becomes a virtual chunk of the same bytes, checked by

@@ -49,7 +49,7 @@ from nczmap.errors import (
 )
 from nczmap.manifest import kerchunk_json
 from nczmap.manifest.containers import Container, as_containers, locate
-from nczmap.manifest.model import WHOLE, Gathered, Manifest, Reference
+from nczmap.manifest.model import WHOLE, ArrayReferences, Gathered, Manifest, Reference
 from nczmap.url import ParsedURL
 from nczmap.zmap import byteranges
 from nczmap.zmap.base import ZMap
@@ -68,6 +68,7 @@ from nczmap.zmap.manifest_sources import (
     tolerate,
     verify_checksum,
 )
+from nczmap.zmap.manifest_tables import ChunkTableBuilder
 from nczmap.zmap.osutil import remove_if_present
 from nczmap.zmap.sidecar import Sidecar, remove_unreferenced
 
@@ -568,6 +569,37 @@ class ManifestMap(ZMap):
             index.add_children(array, names)
             self._dirty = True
         return count
+
+    def chunk_table(self, array: str, grid: tuple[int, ...]) -> ChunkTableBuilder | None:
+        """A builder of a new array's chunk references as columns (:class:`ChunkTableBuilder`): nothing
+        made a chunk, pages built as the columns come. None when the array holds chunks in a table already
+        or the manifest records checksums (an append: set them by name)."""
+        array = self._key(array, writing=True)
+        if array == ROOT or not grid:
+            raise DataError(f"no chunk table for {array!r} in {self.location}: not an array of a grid")
+        with self._lock:
+            if array[1:] in self.manifest.arrays or self.manifest.checksums:
+                return None
+            self._key_index().check_leaf(f"{array}/0", _Holding(self.manifest), self.location)
+        page_size = None
+        if self.parquet:
+            from nczmap.manifest.kerchunk_parquet import RECORD_SIZE
+
+            page_size = self.manifest.record_size or RECORD_SIZE
+        return ChunkTableBuilder(self, array, tuple(grid), page_size)
+
+    def _install_table(self, array: str, table: ArrayReferences) -> None:
+        """``table`` as the chunks of ``array`` (a new one): a chunk a loose key holds too is refused."""
+        with self._lock:
+            if array[1:] in self.manifest.arrays:
+                raise DataError(f"the chunks of {array!r} in {self.location} were set meanwhile")
+            loose = self.manifest._loose_chunks(array[1:], table)  # small chunks kept inline
+            if len(loose) and any(entry is not None for entry in table.columns(loose).entries()):
+                raise DataError(f"references for {array!r}: a chunk also held inline")
+            self.manifest.arrays[array[1:]] = table
+            self.manifest.forget_order()
+            self._key_index().add_directory(array)
+            self._dirty = True
 
     def copy_from(self, source: ZMap, source_key: str, key: str) -> bool:
         """Copying from another manifest copies the reference, never the bytes it points at (the

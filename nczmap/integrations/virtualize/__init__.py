@@ -50,7 +50,13 @@ from nczmap.integrations.virtualize.append import (
 from nczmap.integrations.virtualize.combine import DEFAULT_MAX_CHUNK_BYTES, CombineOptions, plan
 from nczmap.integrations.virtualize.newdim import pattern_regex, times_from_names
 from nczmap.integrations.virtualize.output import manifest_url, write
-from nczmap.integrations.virtualize.parsed import NotVirtualizable, ParsedFile, ParseOptions, Refusal
+from nczmap.integrations.virtualize.parsed import (
+    ColumnSpill,
+    NotVirtualizable,
+    ParsedFile,
+    ParseOptions,
+    Refusal,
+)
 from nczmap.integrations.virtualize.sources import SourceFile, grants, source_files
 from nczmap.manifest.containers import Container, as_containers
 from nczmap.progress import ProgressOption, progress_callback
@@ -188,6 +194,7 @@ def virtualize(
     options = options_for(given, skip_mismatched)
     files: list[SourceFile] = []
     parsed: list[ParsedFile] = []
+    spill = ColumnSpill()
     try:
         with collector_paused():  # parses and the plan make many objects, freed by reference counts
             files = source_files(sources, reads.policy)
@@ -198,7 +205,7 @@ def virtualize(
                 )
             files = _in_date_order(files, options)
             url = manifest_url(destination, files)
-            parsed, unreadable = reads.parse(files, executor, reading)
+            parsed, unreadable = reads.parse(files, executor, reading, spill)
             files = [file for file in files if not any(file is bad for bad, _ in unreadable)]
             joined = plan(parsed, options)
             granted = grants(allow, files)
@@ -216,6 +223,7 @@ def virtualize(
             item.close()
         for file in files:
             file.close()
+        spill.close()
     return _warned(result)
 
 
@@ -232,9 +240,11 @@ class _Reads:
         if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
             raise FormatError(f"concurrency must be a positive whole number, not {count!r}")
 
-    def parse(self, files: list[SourceFile], executor, reading) -> tuple[list[ParsedFile], list]:
+    def parse(
+        self, files: list[SourceFile], executor, reading, spill: ColumnSpill | None = None
+    ) -> tuple[list[ParsedFile], list]:
         """The parses of the files that could be read, and the ``(file, why)`` of those that could not
-        (always empty without ``skip_unreadable``)."""
+        (always empty without ``skip_unreadable``); large chunk columns moved to ``spill``."""
         unreadable: list = []
         parsed = parallel.parse_all(
             files,
@@ -244,6 +254,7 @@ class _Reads:
             reading,
             concurrency=self.concurrency,
             skipped=unreadable if self.skip_unreadable else None,
+            spill=spill,
         )
         return parsed, unreadable
 

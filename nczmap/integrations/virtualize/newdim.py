@@ -171,6 +171,7 @@ def _prepend(variable: SourceVariable, dimension: Dimension) -> None:
 
 
 def _prepend_storage(storage: Storage) -> None:
+    spill = storage.spill_file  # the columns spilled are read, grown and spilled again
     ndim = len(storage.shape)
     storage.shape = (1, *storage.shape)
     if storage.kind == "chunked":
@@ -180,6 +181,8 @@ def _prepend_storage(storage: Storage) -> None:
         if old is not None:
             grown[:, 1:] = old
         storage.corners = type(storage.corners)(storage.corners.typecode, grown.tobytes())
+        if spill is not None:
+            storage.spill(spill)
     values = storage.values
     if values is not None:
         storage.values = lambda values=values: np.asarray(values())[np.newaxis]

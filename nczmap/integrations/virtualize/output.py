@@ -120,8 +120,9 @@ def write(
                 _write_loaded(variable, dest, result)
                 continue
             pairs = list(zip(variable.storages, variable.shifts, strict=True))
-            _reference(variable, pairs, dest, zmap, urls, result, checksums)
-            done += _entry_count(variable)
+            count = _entry_count(variable)  # before the columns are let go
+            _reference(variable, pairs, dest, zmap, urls, result, checksums, release=True)
+            done += count
             if progress is not None:
                 progress(min(done, total), total)
         for file in files:
@@ -139,38 +140,118 @@ def _plain_keys(dest) -> bool:
 
 
 def _reference_chunked(
-    variable: SourceVariable, storages: list[tuple[Storage, int]], dest, zmap, urls, result, checksums: bool
+    variable: SourceVariable,
+    storages: list[tuple[Storage, int]],
+    dest,
+    zmap,
+    urls,
+    result,
+    checksums: bool,
+    release: bool = False,
 ) -> None:
     """The chunks of ``variable``'s chunked ``storages`` (with their shifts along the joined axis) in the
-    manifest, at once: as references, or written into it when smaller than SMALL_CHUNK."""
+    manifest: as references, or written into it when smaller than SMALL_CHUNK. Described a batch of
+    sources at a time (``release``: each source's columns let go once described, so that memory follows
+    the references kept, not twice them); a new array's references become its chunk table as columns
+    (nothing made a chunk), others are set by name."""
     if not storages:
         return
-    indices, offsets, sizes, owners, numbers = _chunk_columns(variable, storages)
     separator = dest.layout.separator
-    names = [separator.join(map(str, row)) for row in indices.tolist()]
-    if indices.shape[1] == 0:
-        names = ["0"] * len(names)
-    small = sizes < SMALL_CHUNK
-    if small.any():
-        for at in np.flatnonzero(small).tolist():
-            data = _held(storages[owners[at]][0], int(numbers[at]))
-            if data is None:  # a remote source's bytes not fetched yet: a reference costs no request
-                small[at] = False
-                continue
-            zmap.write(f"{dest.key}/{names[at]}", data)
-        result.inline += int(small.sum())
-        names = [name for name, tiny in zip(names, small.tolist(), strict=True) if not tiny]
-        offsets, sizes, owners, numbers = offsets[~small], sizes[~small], owners[~small], numbers[~small]
-    owned, numbered = owners.tolist(), numbers.tolist()
-    located = [_chunk_url(storages[o][0], n, urls) for o, n in zip(owned, numbered, strict=True)]
-    offsets, sizes = offsets.tolist(), sizes.tolist()
-    result.references += zmap.set_chunk_references(dest.key, names, located, offsets, sizes)
-    if checksums:
-        from nczmap.checksum import crc32c
+    grid = tuple(-(-n // c) for n, c in zip(dest.shape, dest.layout.chunks, strict=True))
+    tabled = separator == "." and bool(grid) and not checksums and math.prod(grid) < 1 << 62
+    builder = zmap.chunk_table(dest.key, grid) if tabled else None
+    located: dict[str, int] = {}
+    for batch in _batches(storages):
+        indices, offsets, sizes, owners, numbers = _inlined_small(variable, batch, dest, zmap, result)
+        where = _chunk_locations(batch, owners, numbers, urls, located)
+        if builder is not None:
+            flats = np.ravel_multi_index(tuple(indices.T), grid)
+            builder.add(flats, where, offsets, sizes, list(located))
+        else:
+            names = [_chunk_name(row, separator) for row in indices]
+            _set_by_name(dest, zmap, names, list(located), where, offsets, sizes, result)
+            if checksums:
+                _record_checksums(zmap, dest, names, batch, owners, numbers)
+        if release:
+            for storage, _ in batch:
+                storage.release_columns()
+    if builder is not None:
+        result.references += builder.finish()
 
-        for name, owner, number in zip(names, owned, numbered, strict=True):
-            key = normalize_key(f"{dest.key}/{name}")[1:]
-            zmap.manifest.checksums[key] = crc32c(storages[owner][0].chunk_bytes(number))
+
+BATCH_CHUNKS = 1 << 18  # chunks described at once
+
+
+def _batches(storages: list[tuple[Storage, int]]) -> Iterator[list[tuple[Storage, int]]]:
+    """``storages`` in runs of about BATCH_CHUNKS chunks (a source's never split)."""
+    batch: list[tuple[Storage, int]] = []
+    count = 0
+    for pair in storages:
+        batch.append(pair)
+        count += pair[0].chunk_count
+        if count >= BATCH_CHUNKS:
+            yield batch
+            batch, count = [], 0
+    if batch:
+        yield batch
+
+
+def _inlined_small(variable: SourceVariable, batch: list[tuple[Storage, int]], dest, zmap, result):
+    """The chunk columns of ``batch`` (:func:`_chunk_columns`) less the chunks smaller than SMALL_CHUNK
+    held here, which are written into the manifest."""
+    indices, offsets, sizes, owners, numbers = _chunk_columns(variable, batch)
+    small = sizes < SMALL_CHUNK
+    for at in np.flatnonzero(small).tolist():
+        data = _held(batch[owners[at]][0], int(numbers[at]))
+        if data is None:  # a remote source's bytes not fetched yet: a reference costs no request
+            small[at] = False
+            continue
+        zmap.write(f"{dest.key}/{_chunk_name(indices[at], dest.layout.separator)}", data)
+        result.inline += 1
+    if not small.any():
+        return indices, offsets, sizes, owners, numbers
+    kept = ~small
+    return indices[kept], offsets[kept], sizes[kept], owners[kept], numbers[kept]
+
+
+def _set_by_name(dest, zmap, names: list[str], located: list[str], where, offsets, sizes, result) -> None:
+    result.references += zmap.set_chunk_references(
+        dest.key, names, [located[w] for w in where.tolist()], offsets.tolist(), sizes.tolist()
+    )
+
+
+def _record_checksums(zmap, dest, names: list[str], batch, owners: np.ndarray, numbers: np.ndarray) -> None:
+    """The crc32c of every chunk ``names`` refers to, in the manifest."""
+    from nczmap.checksum import crc32c
+
+    for name, owner, number in zip(names, owners.tolist(), numbers.tolist(), strict=True):
+        key = normalize_key(f"{dest.key}/{name}")[1:]
+        zmap.manifest.checksums[key] = crc32c(batch[owner][0].chunk_bytes(number))
+
+
+def _chunk_name(index: np.ndarray, separator: str) -> str:
+    """A chunk's key below its array: its indices joined (a scalar's: ``0``)."""
+    return separator.join(map(str, index.tolist())) if len(index) else "0"
+
+
+def _chunk_locations(
+    storages: list[tuple[Storage, int]],
+    owners: np.ndarray,
+    numbers: np.ndarray,
+    urls: dict[str, str],
+    located: dict[str, int],
+) -> np.ndarray:
+    """Where each chunk lies, as its number among the distinct URLs of ``located`` (added to): its
+    storage's source, or the file or object a store keeps that chunk in."""
+    numbered = [
+        -1 if storage.locations is not None else located.setdefault(urls[storage.source], len(located))
+        for storage, _ in storages
+    ]
+    where = np.asarray(numbered, dtype=np.int32)[owners]
+    for at in np.flatnonzero(where < 0).tolist():
+        url = _chunk_url(storages[owners[at]][0], int(numbers[at]), urls)
+        where[at] = located.setdefault(url, len(located))
+    return where
 
 
 def _chunk_url(storage: Storage, number: int, urls: dict[str, str]) -> str:
@@ -301,7 +382,7 @@ def _entry_count(variable: SourceVariable) -> int:
 def _chunks_of(storage: Storage, variable: SourceVariable) -> int:
     """How many chunks of ``variable`` ``storage`` holds."""
     if storage.kind == "chunked":
-        return len(storage.offsets)
+        return storage.chunk_count
     if storage.offset is None or 0 in storage.shape:
         return 0
     if not storage.shape:
@@ -428,16 +509,67 @@ def write_icechunk(
                 _write_loaded(variable, dest, result)
                 continue
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
-                written = _entries_written(variable, storage, shift, dest, zmap, result, urls[storage.source])
-                for key, offset, length, at in written:
-                    zmap.set_virtual_ref(key, at, offset, length, checksum=checksums.get(at))
-                    result.references += 1
+                url_of = urls[storage.source]
+                _reference_icechunk(variable, storage, shift, dest, zmap, result, url_of, checksums)
             if progress is not None:
                 progress(result.references + result.inline, result.references + result.inline)
         for file in files:
             file.check_unchanged()  # raising here discards the session: nothing is committed
         zmap.commit_metadata = _commit_metadata(record)
         result.variables = len(variables)
+
+
+def _reference_icechunk(
+    variable: SourceVariable, storage: Storage, shift: int, dest, zmap, result, url: str, stamps: dict
+) -> None:
+    """The chunks of one source's ``storage`` as virtual chunks of ``dest``: a chunked storage's set at
+    once, as the block of the chunk grid they fill (small chunks written as native ones); others (and a
+    store's chunks, each in its own object, or chunks sparse in their block) one at a time."""
+    indices = None
+    if storage.kind == "chunked" and storage.locations is None and len(storage.offsets):
+        indices, offsets, sizes, _, numbers = _chunk_columns(variable, [(storage, shift)])
+    if indices is None or not indices.shape[1]:
+        written = _entries_written(variable, storage, shift, dest, zmap, result, url)
+        for key, offset, length, at in written:
+            zmap.set_virtual_ref(key, at, offset, length, checksum=stamps.get(at))
+            result.references += 1
+        return
+    small = sizes < SMALL_CHUNK
+    for at in np.flatnonzero(small).tolist():
+        data = _held(storage, int(numbers[at]))
+        if data is None:
+            small[at] = False
+            continue
+        zmap.write(dest.chunk_key(tuple(indices[at].tolist())), data)
+        result.inline += 1
+    kept = ~small
+    indices, offsets, sizes = indices[kept], offsets[kept], sizes[kept]
+    if not len(offsets):
+        return
+    origin = indices.min(axis=0)
+    block = indices.max(axis=0) - origin + 1
+    cells = math.prod(block.tolist())
+    if cells > 4 * len(offsets) + 1024:  # sparse: a dense block would cost more than the chunks
+        for index, offset, size in zip(indices.tolist(), offsets.tolist(), sizes.tolist(), strict=True):
+            zmap.set_virtual_ref(dest.chunk_key(tuple(index)), url, offset, size, checksum=stamps.get(url))
+        result.references += len(offsets)
+        return
+    flats = np.ravel_multi_index(tuple((indices - origin).T), tuple(block.tolist()))
+    locations = np.full(cells, "", dtype=object)
+    locations[flats] = url
+    block_offsets = np.zeros(cells, dtype=np.uint64)
+    block_lengths = np.zeros(cells, dtype=np.uint64)
+    block_offsets[flats], block_lengths[flats] = offsets, sizes
+    zmap.set_virtual_block(
+        dest.key,
+        tuple(block.tolist()),
+        tuple(origin.tolist()),
+        locations.tolist(),
+        block_offsets,
+        block_lengths,
+        checksum=stamps.get(url),
+    )
+    result.references += len(offsets)
 
 
 def _fill_attributes(variables: list[SourceVariable]) -> None:
@@ -504,10 +636,8 @@ def write_appended(
                 _write_new_values(variable, dest, result)
         elif icechunk:
             for storage, shift in pairs:
-                written = _entries_written(variable, storage, shift, dest, zmap, result, urls[storage.source])
-                for key, offset, length, at in written:
-                    zmap.set_virtual_ref(key, at, offset, length, checksum=stamps.get(at))
-                    result.references += 1
+                url_of = urls[storage.source]
+                _reference_icechunk(variable, storage, shift, dest, zmap, result, url_of, stamps)
         else:
             _reference(variable, pairs, dest, zmap, urls, result, checksums)
     for file in files:
@@ -517,12 +647,15 @@ def write_appended(
     result.variables = len(plan.variables)
 
 
-def _reference(variable: SourceVariable, pairs, dest, zmap, urls, result, checksums: bool) -> None:
+def _reference(
+    variable: SourceVariable, pairs, dest, zmap, urls, result, checksums: bool, release: bool = False
+) -> None:
     """The chunks of ``pairs`` (storages with their shifts along the joined axis) as references in the
-    manifest (small ones written into it); chunked storages with plain chunk keys all set at once."""
+    manifest (small ones written into it); chunked storages with plain chunk keys all set at once
+    (``release``: their columns let go once set)."""
     if _plain_keys(dest):
         chunked = [(storage, shift) for storage, shift in pairs if storage.kind == "chunked"]
-        _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums)
+        _reference_chunked(variable, chunked, dest, zmap, urls, result, checksums, release)
         pairs = [(storage, shift) for storage, shift in pairs if storage.kind != "chunked"]
     for storage, shift in pairs:
         sums: dict[str, int] | None = {} if checksums else None

@@ -35,11 +35,11 @@ import functools
 import importlib
 import io
 import pickle
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 from nczmap.errors import AccessDenied, DataError, DriverNotAvailable, FormatError, NCZError, StorageError
-from nczmap.integrations.virtualize.parsed import ParsedFile, ParseOptions
+from nczmap.integrations.virtualize.parsed import ColumnSpill, ParsedFile, ParseOptions
 from nczmap.integrations.virtualize.sources import (
     HttpFile,
     LocalFile,
@@ -65,10 +65,12 @@ def parse_all(
     *,
     concurrency: int | None = None,
     skipped: list[tuple[SourceFile, str]] | None = None,
+    spill: ColumnSpill | None = None,
 ) -> list[ParsedFile]:
     """Every file parsed, in order (``parsers``: format name -> parser module name, tried in order); on
     a failure the parses made are closed and it is raised, naming the file. With ``skipped`` (a list),
-    unreadable files and files of no known format are left out of the result and appended there."""
+    unreadable files and files of no known format are left out of the result and appended there. With
+    ``spill``, each parse's large chunk columns are moved there as it arrives."""
     parsers = dict(parsers)
     total = len(files)
     width = CONCURRENCY if concurrency is None else concurrency
@@ -92,8 +94,15 @@ def parse_all(
     try:
         task = early.task or _task_like(first, options, parsers)[0]
         rest = [index for index in range(at, total) if index not in parsed]
-        found = iter(_run([files[i] for i in rest], task, executor, concurrency, reading, total, skipped))
+        arrived = None
+        if spill is not None:
+            first.spill(spill)
+            arrived = functools.partial(ParsedFile.spill, to=spill)
+        chosen = [files[i] for i in rest]
+        found = iter(_run(chosen, task, executor, concurrency, reading, total, skipped, arrived))
         others = [parsed[index] if index in parsed else next(found) for index in range(at, total)]
+        for early_parse in parsed.values() if spill is not None else ():
+            early_parse.spill(spill)
     except BaseException:
         for item in [first, *parsed.values()]:
             item.close()
@@ -101,6 +110,11 @@ def parse_all(
     others = [other for other in others if other is not None]
     _bind_twins([other for other in others if other.root is None and other.like is None], first)
     return [first, *others]
+
+
+def _arrive(arrived: Callable[[ParsedFile], None] | None, parsed: ParsedFile | None) -> None:
+    if arrived is not None and parsed is not None:
+        arrived(parsed)
 
 
 def _task_like(first: ParsedFile, options: ParseOptions, parsers: dict[str, str]) -> tuple:
@@ -327,31 +341,34 @@ def _run(
     reading: Progress | None,
     total: int,
     skipped: list | None,
+    arrived: Callable[[ParsedFile], None] | None = None,
 ) -> list[ParsedFile | None]:
-    """Every file's parse, in order (None for a file skipped); progress reported as parses end."""
+    """Every file's parse, in order (None for a file skipped); progress reported as parses end, and
+    ``arrived`` called with each parse as it ends."""
     if not files:
         return []
     width = CONCURRENCY if concurrency is None else concurrency
     local = all(isinstance(f, LocalFile) for f in files)
     if executor is None and (local or width <= 1):
-        return _one_by_one(files, task, reading, total, skipped)
+        return _one_by_one(files, task, reading, total, skipped, arrived)
     if executor is None:
         workers = min(width, len(files))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nczmap-parse") as pool:
-            return _gathered(files, pool, task, reading, total, skipped)
+            return _gathered(files, pool, task, reading, total, skipped, arrived)
     if isinstance(executor, ThreadPoolExecutor):
-        return _gathered(files, executor, task, reading, total, skipped)
+        return _gathered(files, executor, task, reading, total, skipped, arrived)
     extra = {"pure": False} if type(executor).__module__.startswith("distributed") else {}
     futures = [_Returned(executor.submit(_parse_elsewhere, _spec(f), task, **extra), f) for f in files]
-    return _in_order(files, futures, reading, total, skipped)
+    return _in_order(files, futures, reading, total, skipped, arrived)
 
 
-def _one_by_one(files, task, reading, total, skipped) -> list[ParsedFile | None]:
+def _one_by_one(files, task, reading, total, skipped, arrived=None) -> list[ParsedFile | None]:
     parsed: list[ParsedFile | None] = []
     try:
         for done, file in enumerate(files, total - len(files) + 1):
             try:
                 parsed.append(_released(file, task, file))
+                _arrive(arrived, parsed[-1])
             except Exception as exc:
                 _skip_or_raise(file, exc, skipped)
                 parsed.append(None)
@@ -365,7 +382,9 @@ def _one_by_one(files, task, reading, total, skipped) -> list[ParsedFile | None]
     return parsed
 
 
-def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) -> list[ParsedFile | None]:
+def _gathered(
+    files, pool: ThreadPoolExecutor, task, reading, total, skipped, arrived=None
+) -> list[ParsedFile | None]:
     """The parses run on ``pool``, gathered as they end (progress then), in order (None for a file
     skipped); on a failure the parses not started are cancelled, those running waited for, and the
     failure of the earliest file raised."""
@@ -381,6 +400,7 @@ def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) ->
                 index = futures[future]
                 try:
                     results[index] = future.result()
+                    _arrive(arrived, results[index])
                 except Exception as exc:
                     try:
                         _skip_or_raise(files[index], exc, skipped)
@@ -415,7 +435,7 @@ def _gathered(files, pool: ThreadPoolExecutor, task, reading, total, skipped) ->
     return results
 
 
-def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile | None]:
+def _in_order(files, futures, reading, total, skipped, arrived=None) -> list[ParsedFile | None]:
     """Each future's ParsedFile, in order (None for a file skipped); on the first failure the others are
     closed and it is raised."""
     parsed: list[ParsedFile | None] = []
@@ -424,6 +444,7 @@ def _in_order(files, futures, reading, total, skipped) -> list[ParsedFile | None
         parsed.append(None)
         try:
             parsed[-1] = future.result()
+            _arrive(arrived, parsed[-1])
         except Exception as exc:  # keep the others' results to close them
             try:
                 _skip_or_raise(file, _named(exc, file), skipped)

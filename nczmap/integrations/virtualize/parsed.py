@@ -38,6 +38,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import tempfile
+import threading
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -77,6 +80,38 @@ class ParseOptions:
     """What the user asked for that a parser must know while reading: nothing yet (how contiguous data is
     split into references is the combiner's :class:`~.combine.CombineOptions`), kept so that a parser
     option is one field here, not a change to every parser's signature."""
+
+
+SPILL_CHUNKS = 4096  # a storage of this many chunks or more has its columns spilled once parsed
+
+
+class ColumnSpill:
+    """A temporary file the chunk columns of parsed sources are moved to until they are written out."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="nczmap-columns-")  # noqa: SIM115 (closed by close)
+        self._lock = threading.Lock()
+        self._end = 0
+
+    def put(self, *columns: array) -> list[tuple[int, int]]:
+        """Each column appended to the file: its ``(offset, count)`` there."""
+        places = []
+        with self._lock:
+            for column in columns:
+                data = memoryview(column).cast("B")
+                os.pwrite(self._file.fileno(), data, self._end)
+                places.append((self._end, len(column)))
+                self._end += len(data)
+        return places
+
+    def get(self, offset: int, count: int) -> array:
+        data = os.pread(self._file.fileno(), count * 8, offset)
+        if len(data) != count * 8:
+            raise OSError(f"the spilled chunk columns were cut short ({len(data)} of {count * 8} bytes)")
+        return array("q", data)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 @dataclass
@@ -120,6 +155,41 @@ class Storage:
         self.offsets = array("q", np.ascontiguousarray(offsets, dtype=np.int64).tobytes())
         self.sizes = array("q", np.ascontiguousarray(sizes, dtype=np.int64).tobytes())
 
+    def release_columns(self) -> None:
+        """Let the chunk columns go (written out: a large collection's would otherwise be held twice)."""
+        self.__dict__.pop("_spilled", None)
+        self.corners, self.offsets, self.sizes = array("q"), array("q"), array("q")
+
+    def spill(self, to: ColumnSpill) -> None:
+        """Move the chunk columns to ``to`` (a temporary file) when there are many: they are read back
+        when first used again (when the references are written), so that the columns of a collection
+        parsed are not all held at once."""
+        if "corners" not in self.__dict__ or len(self.offsets) < SPILL_CHUNKS:
+            return
+        self.__dict__["_spilled"] = (to, to.put(self.corners, self.offsets, self.sizes))
+        del self.corners, self.offsets, self.sizes
+
+    @property
+    def spill_file(self) -> ColumnSpill | None:
+        """Where the columns were spilled (None: held)."""
+        spilled = self.__dict__.get("_spilled")
+        return None if spilled is None else spilled[0]
+
+    def __getattr__(self, name: str):
+        spilled = self.__dict__.get("_spilled")
+        if name not in ("corners", "offsets", "sizes") or spilled is None:
+            raise AttributeError(name)
+        to, places = self.__dict__.pop("_spilled")
+        self.corners, self.offsets, self.sizes = (to.get(*place) for place in places)
+        return self.__dict__[name]
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        if "_spilled" in state:  # sent to another process: the columns themselves
+            del state["_spilled"]
+            state["corners"], state["offsets"], state["sizes"] = self.corners, self.offsets, self.sizes
+        return state
+
     def chunk_bytes(self, number: int) -> bytes:
         """The bytes of chunk ``number``."""
         if self.locations is not None:
@@ -129,7 +199,9 @@ class Storage:
 
     @property
     def chunk_count(self) -> int:
-        return len(self.offsets)
+        """How many chunks are recorded (spilled columns are not read back for it)."""
+        spilled = self.__dict__.get("_spilled")
+        return spilled[1][1][1] if spilled is not None else len(self.offsets)
 
 
 class SourceVariable(Variable):
@@ -172,6 +244,20 @@ class ParsedFile:
             return self.root
         assert self.like is not None and self.like.root is not None, "a twin bound to no parsed file"
         return self.like.root
+
+    def spill(self, to: ColumnSpill) -> None:
+        """Every storage's chunk columns spilled to ``to`` (see :meth:`Storage.spill`)."""
+        for storage in self.all_storages():
+            storage.spill(to)
+
+    def all_storages(self) -> list[Storage]:
+        if self.root is None:
+            return list(self.storages.values())
+        found = []
+        for group in self.root.walk():
+            for variable in group.variables.values():
+                found.extend(getattr(variable, "storages", ()))
+        return found
 
     def close(self) -> None:
         """Release what the parser keeps open for reading values and small chunks later."""
