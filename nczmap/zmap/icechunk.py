@@ -141,6 +141,7 @@ class IcechunkMap(ZMap):
         self.commit_metadata: dict | None = None  # stored with the commit (what made it, for appends)
         self.rebase = True  # a commit is rebased over other commits that do not conflict with it
         self._lock = threading.Lock()
+        self._staging: _Staging | None = None  # a large write's own branch (see stage)
         self.storage = self._storage()
         self.repository = self._open_repository()
         self.session = self._open_session()
@@ -197,7 +198,7 @@ class IcechunkMap(ZMap):
             for container in self._new_containers:
                 config.set_virtual_chunk_container(virtual_chunk_container(container))
                 self._config_changed = self._config_changed or container.prefix not in held
-        authorised = self._authorise(config)
+        authorised = self._authorised = self._authorise(config)
         try:
             if self.mode in ("r", "r+"):
                 return ic.Repository.open(self.storage, config, authorize_virtual_chunk_access=authorised)
@@ -540,6 +541,72 @@ class IcechunkMap(ZMap):
             self._discard()
             raise
 
+    # ----------------------------------------------------------------- large writes
+    def stage(self, split: tuple[int, int]) -> None:
+        """Write what follows on a branch of its own, committed part by part (:meth:`checkpoint`), and
+        move this map's branch to the last part once, when the map is closed: readers of the branch see
+        the dataset before or after, never a part of it, and a commit's memory follows its part, not the
+        whole write. ``split``: the axis along which the repository's manifests are split, every
+        ``split[1]`` chunks, so that a part's commit writes only its own manifests (the split is this
+        writer's; the repository's saved configuration is left as it is).
+        Only before anything is written, on a branch (not a tag or snapshot)."""
+        ic = self.ic
+        if self.readonly or self._staging is not None or self.tag is not None or self.snapshot is not None:
+            raise StorageError(f"cannot stage a write to {self.location} ({self.version})")
+        axis, size = ic.ManifestSplitDimCondition.Axis(split[0]), split[1]
+        splitting = ic.ManifestSplittingConfig.from_dict({ic.ManifestSplitCondition.AnyArray(): {axis: size}})
+        config = self.repository.config
+        config.manifest = ic.ManifestConfig(splitting=splitting)
+        base = self.session.snapshot_id
+        name = f"{self.branch}.nczmap-{os.getpid()}-{time.monotonic_ns():x}"
+        try:
+            self.session.discard_changes()
+            repository = self.repository.reopen(
+                config=config, authorize_virtual_chunk_access=self._authorised
+            )
+            repository.create_branch(name, base)
+            session = repository.writable_session(name)
+            if self.mode == "w":
+                session.store.sync_clear()
+        except ic.IcechunkError as exc:
+            raise self._error(exc, "stage a write to") from exc
+        self._staging = _Staging(name, base, repository)
+        self.session, self.store = session, session.store._store
+
+    def checkpoint(self) -> None:
+        """Commit what a staged write holds so far as a part (on its own branch); go on in a new session."""
+        staging = self._staging
+        if staging is None or self._pending or not self.session.has_uncommitted_changes:
+            return
+        staging.parts += 1
+        try:
+            self.session.commit(f"{self.message} (part {staging.parts}, in progress)")
+            session = staging.repository.writable_session(staging.branch)
+        except self.ic.IcechunkError as exc:
+            raise self._error(exc, "commit a part to") from exc
+        self.session, self.store = session, session.store._store
+
+    def _finish_staged(self, staging: _Staging) -> None:
+        """The last part committed, then this map's branch moved to it (if no one moved it meanwhile)."""
+        repository = staging.repository
+        try:
+            # the head carries the message and metadata (what appends read), parts left or not
+            self.session.commit(self.message, metadata=self.commit_metadata, allow_empty=True)
+            head = repository.lookup_branch(staging.branch)
+        except self.ic.IcechunkError as exc:
+            raise self._error(exc, "commit to") from exc
+        try:
+            repository.reset_branch(self.branch, head, from_snapshot_id=staging.base)
+        except self.ic.IcechunkError as exc:
+            self._staging = None  # kept: the write is there
+            raise StorageError(
+                f"{self.location}: the write is committed on branch {staging.branch!r} (snapshot {head}), "
+                f"but branch {self.branch!r} was moved meanwhile and was left as it is ({_first_line(exc)})"
+            ) from exc
+        self._staging = None
+        with contextlib.suppress(self.ic.IcechunkError):
+            repository.delete_branch(staging.branch)
+
     def _commit(self) -> None:
         if self._pending:
             keys = ", ".join(sorted(self._pending)[:3])
@@ -548,13 +615,16 @@ class IcechunkMap(ZMap):
                 f"zarr.json for their array ({keys}...)"
             )
         session = self.session
-        if not session.has_uncommitted_changes:
+        if self._staging is not None:
+            self._finish_staged(self._staging)
+        elif not session.has_uncommitted_changes:
             return
-        try:
-            rebase = self.ic.ConflictDetector() if self.rebase else None
-            session.commit(self.message, metadata=self.commit_metadata, rebase_with=rebase)
-        except self.ic.IcechunkError as exc:
-            raise self._error(exc, "commit to") from exc
+        else:
+            try:
+                rebase = self.ic.ConflictDetector() if self.rebase else None
+                session.commit(self.message, metadata=self.commit_metadata, rebase_with=rebase)
+            except self.ic.IcechunkError as exc:
+                raise self._error(exc, "commit to") from exc
         if self._config_changed:  # after the commit: a refused commit leaves the configuration as it was
             try:
                 self.repository.save_config()
@@ -567,6 +637,10 @@ class IcechunkMap(ZMap):
 
     def _discard(self) -> None:
         self._pending.clear()
+        staging, self._staging = self._staging, None
+        if staging is not None:  # its parts never reach this map's branch
+            with contextlib.suppress(self.ic.IcechunkError):
+                staging.repository.delete_branch(staging.branch)
         if not self.readonly and self.session.has_uncommitted_changes:
             # the session is dropped with the map anyway: nothing reaches the repository
             with contextlib.suppress(self.ic.IcechunkError):
@@ -581,6 +655,14 @@ class IcechunkMap(ZMap):
 
 
 # ---------------------------------------------------------------------------------------------- helpers
+class _Staging:
+    """A staged write: its branch, the snapshot it started from, the repository writing it, parts made."""
+
+    def __init__(self, branch: str, base: str, repository) -> None:
+        self.branch, self.base, self.repository = branch, base, repository
+        self.parts = 0
+
+
 def _local_real(location: str, directories: dict[str, str | None]) -> str | None:
     """The canonical ``file://`` URL of a plain local location (``file:///dir/name``) whose name is not a
     symbolic link, its directory resolved once for all its files (``directories``); None for anything

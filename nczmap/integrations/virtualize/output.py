@@ -502,6 +502,7 @@ def write_icechunk(
     with _open_target(zmap, url, netcdf_version) as target:
         variables = _write_model(plan, target, result)
         keep_codecs(target, [variable for variable in variables if not variable.load])
+        parts = _Parts(zmap, [variable for variable in variables if not variable.load])
         target.flush()  # Icechunk takes a chunk only once its array exists
         for variable in variables:
             dest = _counterpart(target, variable)
@@ -511,12 +512,61 @@ def write_icechunk(
             for storage, shift in zip(variable.storages, variable.shifts, strict=True):
                 url_of = urls[storage.source]
                 _reference_icechunk(variable, storage, shift, dest, zmap, result, url_of, checksums)
+                parts.written(variable, storage, shift)
+                storage.release_columns()
             if progress is not None:
                 progress(result.references + result.inline, result.references + result.inline)
         for file in files:
             file.check_unchanged()  # raising here discards the session: nothing is committed
         zmap.commit_metadata = _commit_metadata(record)
         result.variables = len(variables)
+
+
+STAGED_REFERENCES = 1 << 19  # an Icechunk write of more references is committed in parts (Icechunk
+PART_REFERENCES = 1 << 19  # holds a commit's changes in memory, ~700 bytes a reference at its peak)
+
+
+def _grid_of(variable: SourceVariable) -> list[int]:
+    """How many chunks ``variable`` has along each axis."""
+    return [-(-n // c) for n, c in zip(variable.shape, variable.layout.chunks, strict=True)]
+
+
+class _Parts:
+    """A large Icechunk write staged on a branch of its own (see :meth:`IcechunkMap.stage`): its
+    manifests split along the joined axis of its largest variable every about PART_REFERENCES
+    references, and a part committed as that variable's references fill each split (so that a part's
+    commit writes its own manifests only); other variables' every PART_REFERENCES references."""
+
+    def __init__(self, zmap, variables: list[SourceVariable]) -> None:
+        self.zmap, self.since, self.largest, self.boundary = zmap, 0, None, 0
+        storages = [storage for variable in variables for storage in variable.storages]
+        total = sum(storage.chunk_count for storage in storages if storage.kind == "chunked")
+        joined = [v for v in variables if v.axis is not None and len(v.storages) > 1]
+        if total <= STAGED_REFERENCES or not joined:
+            return
+        self.largest = max(joined, key=lambda variable: math.prod(_grid_of(variable)))
+        grid = _grid_of(self.largest)
+        per_step = max(1, math.prod(grid) // max(1, grid[self.largest.axis]))
+        self.split = self.boundary = max(1, PART_REFERENCES // per_step)
+        zmap.stage((self.largest.axis, self.split))
+
+    def written(self, variable: SourceVariable, storage: Storage, shift: int) -> None:
+        """``storage`` (from chunk ``shift`` along the joined axis) had its references set."""
+        if self.largest is None or storage.kind != "chunked":
+            return
+        if variable is self.largest:
+            steps = -(-storage.shape[variable.axis] // variable.layout.chunks[variable.axis])
+            if shift + steps < self.boundary:
+                return
+            self.boundary = (-(-(shift + steps) // self.split) or 1) * self.split
+            if self.boundary == shift + steps:
+                self.boundary += self.split
+        else:
+            self.since += storage.chunk_count
+            if self.since < PART_REFERENCES:
+                return
+        self.zmap.checkpoint()
+        self.since = 0
 
 
 def _reference_icechunk(
