@@ -571,27 +571,38 @@ class ManifestMap(ZMap):
         return count
 
     def chunk_table(self, array: str, grid: tuple[int, ...]) -> ChunkTableBuilder | None:
-        """A builder of a new array's chunk references as columns (:class:`ChunkTableBuilder`): nothing
-        made a chunk, pages built as the columns come. None when the array holds chunks in a table already
-        or the manifest records checksums (an append: set them by name)."""
+        """A builder of an array's chunk references as columns (:class:`ChunkTableBuilder`): nothing made
+        a chunk, pages built as the columns come, then merged into the array's table if it has one (an
+        append: its grid grown along the first dimension at most). None when the chunks must be set by
+        name (a table of another grid or separator, or checksums recorded)."""
         array = self._key(array, writing=True)
+        grid = tuple(grid)
         if array == ROOT or not grid:
             raise DataError(f"no chunk table for {array!r} in {self.location}: not an array of a grid")
         with self._lock:
-            if array[1:] in self.manifest.arrays or self.manifest.checksums:
+            if self.manifest.checksums:
                 return None
-            self._key_index().check_leaf(f"{array}/0", _Holding(self.manifest), self.location)
-        page_size = None
-        if self.parquet:
+            held = self.manifest.arrays.get(array[1:])
+            if held is not None and (
+                held.separator != "." or len(held.grid) != len(grid) or held.grid[1:] != grid[1:]
+            ):
+                return None
+            if held is None:
+                self._key_index().check_leaf(f"{array}/0", _Holding(self.manifest), self.location)
+        base = None if held is None else (held if held.grid == grid else held.regridded(grid))
+        page_size = None if base is None else base.page_size
+        if base is None and self.parquet:
             from nczmap.manifest.kerchunk_parquet import RECORD_SIZE
 
             page_size = self.manifest.record_size or RECORD_SIZE
-        return ChunkTableBuilder(self, array, tuple(grid), page_size)
+        return ChunkTableBuilder(self, array, grid, page_size, base)
 
-    def _install_table(self, array: str, table: ArrayReferences) -> None:
-        """``table`` as the chunks of ``array`` (a new one): a chunk a loose key holds too is refused."""
+    def _install_table(self, array: str, table: ArrayReferences, replacing: ArrayReferences | None) -> None:
+        """``table`` as the chunks of ``array`` (in place of ``replacing``, the table it was built over): a
+        chunk a loose key holds too is refused."""
         with self._lock:
-            if array[1:] in self.manifest.arrays:
+            current = self.manifest.arrays.get(array[1:])
+            if current is not None and (replacing is None or current._token != replacing._token):
                 raise DataError(f"the chunks of {array!r} in {self.location} were set meanwhile")
             loose = self.manifest._loose_chunks(array[1:], table)  # small chunks kept inline
             if len(loose) and any(entry is not None for entry in table.columns(loose).entries()):

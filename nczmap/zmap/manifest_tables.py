@@ -27,8 +27,16 @@ class ChunkTableBuilder:
     """The chunk table of array ``array`` of ``grid`` being built (pages of ``page_size`` chunks, None:
     one page)."""
 
-    def __init__(self, zmap: ManifestMap, array: str, grid: tuple[int, ...], page_size: int | None) -> None:
+    def __init__(
+        self,
+        zmap: ManifestMap,
+        array: str,
+        grid: tuple[int, ...],
+        page_size: int | None,
+        base: ArrayReferences | None = None,
+    ) -> None:
         self.zmap, self.array, self.grid, self.page_size = zmap, array, grid, page_size
+        self.base = base  # the array's table the new pages are merged into (an append), if any
         self.cells = math.prod(grid)
         self.table = ArrayReferences(grid, ".", page_size)
         self.urls: list[str] = []  # canonical URLs, shared by every page
@@ -74,8 +82,17 @@ class ChunkTableBuilder:
         elif self._carried is not None:
             self._hold(*self._carried)
         self._carried = None
-        self.zmap._install_table(self.array, self.table)
+        table = self.table if self.base is None else self._merged_into(self.base)
+        self.zmap._install_table(self.array, table, self.base)
         return self.count
+
+    def _merged_into(self, base: ArrayReferences) -> ArrayReferences:
+        """``base`` with the pages built here over its own (a chunk in both: the new reference)."""
+        for number in self.table.numbers():
+            new = self.table.page(number)
+            old = base.page(number)  # a record file of a Parquet manifest is read here
+            base.hold(number, new if old is None or not old.held()[0].size else _merged(old, new))
+        return base
 
     def _keep_unordered(self, piece: tuple) -> None:
         if not self._unordered and (self.table.numbers() or self._carried is not None):
@@ -111,6 +128,28 @@ class ChunkTableBuilder:
             part = slice(low, high)
             columns = (np.array(where[part]), np.array(offsets[part]), np.array(lengths[part]))
             self.table.hold(number, Page.build(start, flats[part] - start, *columns, self.urls))
+
+
+def _merged(old: Page, new: Page) -> Page:
+    """One page of ``old``'s chunks and ``new``'s (``new``'s where both hold one), URLs numbered anew."""
+    old_rows, old_at = old.held()
+    new_rows, new_at = new.held()
+    kept = ~np.isin(old_rows, new_rows)
+    numbers: dict[str, int] = {url: at for at, url in enumerate(old.urls)}
+    remap = np.array([numbers.setdefault(url, len(numbers)) for url in new.urls] + [0], dtype=np.int32)
+    new_where = new.where[new_at]
+    new_where = np.where(new_where >= 0, remap[np.maximum(new_where, 0)], new_where)
+    rows = np.concatenate([old_rows[kept], new_rows])
+    where = np.concatenate([old.where[old_at][kept], new_where]).astype(np.int32)
+    offsets = np.concatenate([old.offsets[old_at][kept], new.offsets[new_at]])
+    lengths = np.concatenate([old.lengths[old_at][kept], new.lengths[new_at]])
+    replaced = set(new_rows.tolist())
+    inline = {row: data for row, data in old.inline.items() if row not in replaced}
+    inline.update(new.inline)
+    order = np.argsort(rows, kind="stable")
+    return Page.build(
+        old.start, rows[order], where[order], offsets[order], lengths[order], list(numbers), inline
+    )
 
 
 def _columns_of(table: ArrayReferences) -> tuple:
