@@ -455,8 +455,8 @@ def test_appends_with_tiny_knobs_equal_every_file_at_once_and_the_oracle(
             tables += calls.finished
             if suffix == ".icechunk":  # the new files' chunks set a source's block at a time
                 assert sum(calls.blocks.values()) >= high - low
-            else:  # the arrays hold tables already: the new chunks are set by name
-                assert sum(calls.by_name.values()) >= 1
+            else:  # set by name or merged into the array's table as columns
+                assert sum(calls.by_name.values()) + len(calls.finished) >= 1
         assert references(destination, containers) == expected, splits
         xr.testing.assert_identical(open_output(destination, containers), at_once)
         fmt.check(destination, containers, files)
@@ -544,7 +544,6 @@ def test_a_chunk_table_built_in_pieces_holds_every_chunk_after_saving(tmp_path_f
             lengths = [chunks[flat][2] for flat in piece]
             builder.add(*columns(piece, where, offsets, lengths), list(numbered))
         assert builder.finish() == len(chunks)
-        assert zmap.chunk_table("/v", grid) is None, "a second table for the same array"
         zmap.close()
     if page_size is not None:
         assert json.loads((path / ".zmetadata").read_bytes())["record_size"] == page_size
@@ -670,16 +669,32 @@ def test_a_url_outside_the_containers_is_refused(table_map):
         builder.add(*columns([0], [0], [0], [10]), ["file:///elsewhere/data.bin"])
 
 
-def test_one_table_an_array(table_map):
+def test_two_tables_begun_for_one_array_the_second_is_refused(table_map):
     zmap, urls = table_map
     first, second = zmap.chunk_table("/v", (4, 5)), zmap.chunk_table("/v", (4, 5))
     add_all(first, [[0, 1]], urls)
     add_all(second, [[2]], urls)
     assert first.finish() == 2
-    assert zmap.chunk_table("/v", (4, 5)) is None, "the array holds a table: set its chunks by name"
     with pytest.raises(DataError, match=r"'/v'.*set meanwhile"):
         second.finish()
     assert zmap.reference("/v/0.0") == Reference(urls[0], 7, 100) and zmap.reference("/v/0.2") is None
+
+
+def test_a_table_asked_for_again_is_none_or_merged_into_the_first(table_map):
+    """Once an array holds a table, another builder is either refused (None: set the chunks by name) or
+    adds its chunks to that table, the first table's chunks kept."""
+    zmap, urls = table_map
+    first = zmap.chunk_table("/v", (4, 5))
+    first.add(*columns([0, 1], [0, 1], [5, 6], [50, 60]), urls)
+    assert first.finish() == 2
+    again = zmap.chunk_table("/v", (4, 5))
+    expected = {0: Reference(urls[0], 5, 50), 1: Reference(urls[1], 6, 60)}
+    if again is not None:
+        again.add(*columns([5, 17], [1, 0], [8, 9], [80, 90]), urls)
+        again.finish()
+        expected.update({5: Reference(urls[1], 8, 80), 17: Reference(urls[0], 9, 90)})
+    for flat in range(20):
+        assert zmap.reference(f"/v/{chunk_name(flat, (4, 5))}") == expected.get(flat), flat
 
 
 def test_no_table_for_the_root_a_scalar_or_a_chunk_held_inline(table_map):
