@@ -186,10 +186,20 @@ def build_huge(folder: Path, files: int, chunks: int) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ running
-def run_child(code: str, *args: str, timeout: float = 3600) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+CHILD_TIMEOUT = [3600.0]  # seconds a case may take (--timeout)
+
+
+def run_child(code: str, *args: str) -> dict:
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, *args],
+            capture_output=True,
+            text=True,
+            timeout=CHILD_TIMEOUT[0],
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"still running after {CHILD_TIMEOUT[0]:.0f} s: stopped"}
     if done.returncode:
         tail = "\n".join(done.stderr.strip().splitlines()[-5:])
         return {"error": f"exit {done.returncode}: {tail}"}
@@ -437,6 +447,7 @@ def main() -> int:
     parser.add_argument("--huge-files", type=int, default=1000)
     parser.add_argument("--huge-chunks", type=int, default=100_000)
     parser.add_argument("--workdir")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds a case may take")
     parser.add_argument(
         "--skip", nargs="*", default=[], choices=["huge", "peers", "distributed", "collection"]
     )
@@ -444,6 +455,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.files, args.side, args.huge_files, args.huge_chunks = 20, 100, 20, 10_000
+    CHILD_TIMEOUT[0] = args.timeout
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="nczmap-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
