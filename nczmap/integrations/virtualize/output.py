@@ -522,8 +522,8 @@ def write_icechunk(
         result.variables = len(variables)
 
 
-STAGED_REFERENCES = 1 << 19  # an Icechunk write of more references is committed in parts (Icechunk
-PART_REFERENCES = 1 << 19  # holds a commit's changes in memory, ~700 bytes a reference at its peak)
+STAGED_REFERENCES = 1 << 18  # an Icechunk write of more references is committed in parts (Icechunk
+PART_REFERENCES = 1 << 18  # holds a commit's changes in memory, ~700 bytes a reference at its peak)
 
 
 def _grid_of(variable: SourceVariable) -> list[int]:

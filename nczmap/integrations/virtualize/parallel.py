@@ -359,7 +359,21 @@ def _run(
         return _gathered(files, executor, task, reading, total, skipped, arrived)
     extra = {"pure": False} if type(executor).__module__.startswith("distributed") else {}
     futures = [_Returned(executor.submit(_parse_elsewhere, _spec(f), task, **extra), f) for f in files]
+    if extra:
+        _gather_together(executor, futures)
     return _in_order(files, futures, reading, total, skipped, arrived)
+
+
+def _gather_together(client, futures: list[_Returned]) -> None:
+    """The results of a dask client's parses fetched in one call (one at a time, each is a round trip
+    through the client's event loop, as long as a parse); failures are left to be raised in order."""
+    try:
+        results = iter(client.gather([returned.future for returned in futures], errors="skip"))
+    except Exception:  # asked again one by one, each failure named
+        return
+    for returned in futures:
+        if returned.future.status == "finished":
+            returned.held = next(results)
 
 
 def _one_by_one(files, task, reading, total, skipped, arrived=None) -> list[ParsedFile | None]:
@@ -521,8 +535,10 @@ class _Returned:
 
     def __init__(self, future, file: SourceFile) -> None:
         self.future, self.file = future, file
+        self.held: tuple[bytes, dict] | None = None  # the result, once fetched with the others
 
     def result(self) -> ParsedFile:
-        data, known = self.future.result()
+        held, self.held = self.held, None
+        data, known = held if held is not None else self.future.result()
         self.file.adopt(known)  # the size and ETag seen there: this process's reads conditional on them
         return _Unpickler(data, self.file).load()
