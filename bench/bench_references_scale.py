@@ -120,7 +120,7 @@ from nczmap.zmap import manifest, icechunk
 start_rss = rss()
 started = time.perf_counter()
 with nczmap.open_dataset(url, containers=containers) as ds:
-    array = ds[variable]
+    array = ds.variables[variable]
     first = array[(slice(0, 1),) + tuple(slice(0, 5) for _ in array.shape[1:])]
     last = array[(slice(array.shape[0] - 1, None),) + tuple(slice(n - 5, n) for n in array.shape[1:])]
 seconds = time.perf_counter() - started
@@ -216,6 +216,7 @@ def fresh(path: Path) -> str:
 
 ROWS: list[tuple[str, str, str, str]] = []
 MISSED: list[str] = []
+PROBLEMS: list[str] = []  # a case that failed, an output that read wrong: the run exits 1
 
 
 def show(label: str, run: dict, ratio: str = "") -> None:
@@ -371,6 +372,7 @@ def bench_collection(args, work: Path) -> None:
     for name, run in {**runs, **{f"peer {k}": v for k, v in peers.items()}}.items():
         if "error" in run:
             print(f"PROBLEM: {name}: {run['error']}", flush=True)
+            PROBLEMS.append(name)
     containers = runs["parquet"].get("containers", ["file://" + folder + "/"])
     if all("error" not in run for run in runs.values()):
         outputs = {
@@ -426,13 +428,17 @@ def bench_huge(args, work: Path) -> None:
         run = run_child(NCZMAP_CHILD, "local", folder, target_url, "new_dim")
         show(f"{n}: nczmap → {name}", run)
         if "error" in run:
-            target(f"{name}: 100M references within 4 GB", False)
+            target(f"{name}: {references:,} references within 4 GB", False)
+            if not run["error"].startswith("still running"):
+                PROBLEMS.append(f"{name}: {run['error']}")
             continue
         target(f"{name}: within 4 GB of RSS ({run['peak'] / 2**30:.2f} GB)", run["peak"] <= 4 * 2**30)
         url = "file://" + str(path) + ("#mode=icechunk" if name == "Icechunk" else "#mode=nczarr,manifest")
         read = run_child(READ_CHILD, url, json.dumps(run["containers"]), "v")
         show(f"{n}: {name}: open + first and last chunk", read)
-        if "error" not in read:
+        if "error" in read:
+            PROBLEMS.append(f"reading {name} back: {read['error']}")
+        else:
             target(
                 f"{name}: two chunks read back in under 1 s ({read['seconds']:.2f} s)", read["seconds"] < 1
             )
@@ -455,6 +461,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.quick:
         args.files, args.side, args.huge_files, args.huge_chunks = 20, 100, 20, 10_000
+        args.skip = [*args.skip, "distributed", "peers"]  # their starts alone are most of a quick run
     CHILD_TIMEOUT[0] = args.timeout
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="nczmap-scale-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -468,7 +475,9 @@ def main() -> int:
     print(f"\n(whole run {time.perf_counter() - started:.0f} s; inputs under {work})")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
-    return 1 if MISSED else 0
+    for problem in PROBLEMS:
+        print(f"PROBLEM: {problem}")
+    return 1 if PROBLEMS else 0  # targets missed are reported, not failures
 
 
 if __name__ == "__main__":

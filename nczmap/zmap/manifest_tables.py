@@ -13,14 +13,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from nczmap._lazy import numpy as np
 from nczmap.errors import DataError
 from nczmap.manifest.model import ArrayReferences, Page
 
-if TYPE_CHECKING:
-    from nczmap.zmap.manifest import ManifestMap
+
+class TableOwner(Protocol):
+    """What a builder needs of its manifest map (:class:`~nczmap.zmap.manifest.ManifestMap`)."""
+
+    def _resolve(self, url: str, key: str) -> tuple: ...
+
+    def _install_table(
+        self, array: str, table: ArrayReferences, replacing: ArrayReferences | None
+    ) -> None: ...
 
 
 class ChunkTableBuilder:
@@ -29,7 +36,7 @@ class ChunkTableBuilder:
 
     def __init__(
         self,
-        zmap: ManifestMap,
+        zmap: TableOwner,
         array: str,
         grid: tuple[int, ...],
         page_size: int | None,
