@@ -127,50 +127,45 @@ class _Reader:
         raise _Unreadable("an object header of an unknown version")
 
     def _layout_v1(self, header: int, first: bytes) -> bytes:
-        size = struct.unpack_from("<I", first, 8)[0]
-        blocks = [(header + 16, size)]
-        for _ in range(MAX_HEADER_BLOCKS):
-            if not blocks:
-                break
-            address, length = blocks.pop(0)
-            block = self.read(address, length)
+        def messages(block: bytes):
             at = 0
             while at + 8 <= len(block):
                 kind, body = struct.unpack_from("<HH", block, at)
-                data = block[at + 8 : at + 8 + body]
-                if kind == LAYOUT:
-                    return data
-                if kind == CONTINUATION:
-                    blocks.append(struct.unpack_from("<QQ" if self.facts.length_size == 8 else "<QI", data))
+                yield kind, block[at + 8 : at + 8 + body]
                 at += 8 + body
-        raise _Unreadable("no layout message")
+
+        return self._layout_in((header + 16, struct.unpack_from("<I", first, 8)[0]), messages)
 
     def _layout_v2(self, header: int) -> bytes:
-        prefix = self.read(header, 6)
-        flags = prefix[5]
+        flags = self.read(header, 6)[5]
         at = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
         width = 1 << (flags & 0x03)
         size = int.from_bytes(self.read(header + at, width), "little")
         ordered = 2 if flags & 0x04 else 0
-        blocks = [(header + at + width, size)]
+
+        def messages(block: bytes):
+            at = 0
+            if block[:4] == b"OCHK":  # a continuation block: its signature, and its checksum at the end
+                at, block = 4, block[:-4]
+            while at + 4 + ordered <= len(block):
+                kind, body = block[at], struct.unpack_from("<H", block, at + 1)[0]
+                yield kind, block[at + 4 + ordered : at + 4 + ordered + body]
+                at += 4 + ordered + body
+
+        return self._layout_in((header + at + width, size), messages)
+
+    def _layout_in(self, first: tuple[int, int], messages) -> bytes:
+        """The layout message's body among the header blocks from ``first`` on (continuations followed,
+        at most MAX_HEADER_BLOCKS), ``messages(block)`` giving each block's ``(type, body)``."""
+        blocks = [first]
         for _ in range(MAX_HEADER_BLOCKS):
             if not blocks:
                 break
-            address, length = blocks.pop(0)
-            block = self.read(address, length)
-            start = 0
-            if block[:4] == b"OCHK":
-                start, length = 4, length - 8  # its signature, and its checksum at the end
-                block = block[: 4 + length]
-            at = start
-            while at + 4 + ordered <= len(block):
-                kind, body = block[at], struct.unpack_from("<H", block, at + 1)[0]
-                data = block[at + 4 + ordered : at + 4 + ordered + body]
+            for kind, data in messages(self.read(*blocks.pop(0))):
                 if kind == LAYOUT:
                     return data
                 if kind == CONTINUATION:
                     blocks.append(struct.unpack_from("<QQ" if self.facts.length_size == 8 else "<QI", data))
-                at += 4 + ordered + body
         raise _Unreadable("no layout message")
 
     # ------------------------------------------------------------------ chunk indexes
